@@ -1,0 +1,74 @@
+"""KVCache: fixed-capacity, per-layer, per-KV-head key/value buffers with original positions.
+
+Entries can be evicted independently per KV head (a policy rewrites
+``positions`` to -1 or compacts the kept entries to the front) and decoding
+continues on what is left: keys are stored after rotary embedding, so a stored
+key keeps the phase of its original position, and the attention mask is built
+from ``positions`` (``0 <= position <= query position``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class KVCache(NamedTuple):
+    """Stacked over layers.
+
+    keys, values: ``[L, B, Hkv, C, head_dim]`` (keys after RoPE).
+    positions:    ``[L, B, Hkv, C]`` int32 original token positions, -1 = empty.
+    length:       ``[B]`` int32: the next slot to write, per row (the same for
+                  every layer and head: policies compact kept entries to the front).
+    """
+
+    keys: jax.Array
+    values: jax.Array
+    positions: jax.Array
+    length: jax.Array
+
+    @classmethod
+    def init(cls, config, batch: int, capacity: int) -> KVCache:
+        shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
+        return cls(
+            keys=jnp.zeros(shape, config.jnp_dtype),
+            values=jnp.zeros(shape, config.jnp_dtype),
+            positions=jnp.full(shape[:-1], -1, jnp.int32),
+            length=jnp.zeros((batch,), jnp.int32),
+        )
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[3]
+
+    @property
+    def valid(self) -> jax.Array:
+        """``[L, B, Hkv, C]`` boolean: the slot holds a token."""
+        return self.positions >= 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (keys, values, positions)."""
+        return int(sum(x.size * x.dtype.itemsize for x in (self.keys, self.values, self.positions)))
+
+    def kept_bytes(self) -> jax.Array:
+        """Bytes of the entries actually kept (what a compressed cache needs to store)."""
+        per_entry = 2 * self.keys.shape[-1] * self.keys.dtype.itemsize + 4
+        return jnp.sum(self.valid) * per_entry
+
+
+def write(layer_keys, layer_values, layer_positions, start, new_k, new_v, new_pos):
+    """Writes ``T`` new entries per row at slot ``start[b]`` (one layer).
+
+    layer_*: ``[B, Hkv, C, ...]``; new_k/new_v: ``[B, Hkv, T, D]``; new_pos: ``[B, T]``.
+    """
+
+    def one(kc, vc, pc, s, k, v, p):
+        kc = jax.lax.dynamic_update_slice(kc, k.astype(kc.dtype), (0, s, 0))
+        vc = jax.lax.dynamic_update_slice(vc, v.astype(vc.dtype), (0, s, 0))
+        pp = jnp.broadcast_to(p[None, :], (pc.shape[0], p.shape[0])).astype(jnp.int32)
+        pc = jax.lax.dynamic_update_slice(pc, pp, (0, s))
+        return kc, vc, pc
+
+    return jax.vmap(one)(layer_keys, layer_values, layer_positions, start, new_k, new_v, new_pos)

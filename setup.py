@@ -1,0 +1,35 @@
+"""Lab: a JAX/Flax research framework for nineteen NeurIPS 2026 methods."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lab",
+    version="0.1.0",
+    description="JAX/Flax research framework: one core, nineteen methods.",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*", "experiments", "configs"]),
+    install_requires=[
+        "jax",
+        "flax",
+        "optax",
+        "orbax-checkpoint",
+        "chex",
+        "einops",
+        "absl-py",
+        "ml_collections",
+        "datasets",
+        "safetensors",
+        "tokenizers",
+        "tqdm",
+        "matplotlib",
+        "numpy",
+        "scipy",
+        "ml_dtypes",
+    ],
+    extras_require={
+        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "nbclient", "ipykernel"],
+        "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
+        "notebooks": ["nbclient", "ipykernel"],
+    },
+)
