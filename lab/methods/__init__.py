@@ -1,0 +1,1 @@
+"""One module (or small package) per paper. A method never imports another method."""
