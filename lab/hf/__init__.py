@@ -1,0 +1,16 @@
+"""Hugging Face interop: Qwen3 / Qwen2 / Llama safetensors checkpoints and tokenizers.
+
+``load_pretrained(dir)`` -> :class:`lab.nn.Transformer`; ``save_pretrained(model,
+dir)`` writes a directory ``transformers.AutoModelForCausalLM.from_pretrained``
+loads with the same logits; ``load_tokenizer(dir)`` wraps ``tokenizer.json``.
+No torch is needed for any of them.
+"""
+
+from lab.hf.checkpoint import load_pretrained, save_pretrained, tensor_map
+from lab.hf.config import SUPPORTED_MODEL_TYPES, config_from_hf, config_to_hf
+from lab.hf.tokenizer import HFTokenizer, load_tokenizer
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES", "HFTokenizer", "config_from_hf", "config_to_hf", "load_pretrained",
+    "load_tokenizer", "save_pretrained", "tensor_map",
+]
