@@ -28,7 +28,7 @@ setup(
         "ml_dtypes",
     ],
     extras_require={
-        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "nbclient", "ipykernel"],
+        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "blackjax", "scikit-learn", "nbclient", "ipykernel"],
         "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
         "notebooks": ["nbclient", "ipykernel"],
     },
