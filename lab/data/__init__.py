@@ -1,0 +1,28 @@
+"""Lab's data layer: tokenizers, synthetic task generators, real-format loaders, SFT batches.
+
+``lab.data`` imports no other Lab module (DESIGN.md, "Layers").
+"""
+
+from lab.data.batching import encode_example, encode_sft, sft_batches, step_indices
+from lab.data.math500 import answers_match, last_boxed, load_math500_jsonl, normalize_answer
+from lab.data.synthetic import (
+    ANSWER_PREFIX,
+    GENERATORS,
+    arithmetic,
+    extract_answer,
+    generate,
+    icl_classification,
+    kv_retrieval,
+    mixture,
+    needle,
+    render_kv_prompt,
+    variable_tracking,
+)
+from lab.data.tokenizer import ByteTokenizer, HFTokenizer, tokenizer_from_dict
+
+__all__ = [
+    "ANSWER_PREFIX", "GENERATORS", "ByteTokenizer", "HFTokenizer", "answers_match", "arithmetic",
+    "encode_example", "encode_sft", "extract_answer", "generate", "icl_classification",
+    "kv_retrieval", "last_boxed", "load_math500_jsonl", "mixture", "needle", "normalize_answer",
+    "render_kv_prompt", "sft_batches", "step_indices", "tokenizer_from_dict", "variable_tracking",
+]

@@ -1,0 +1,91 @@
+"""From a prompt/completion Dataset to the trainer's SFT batches.
+
+The batch contract is ``lab.train.sft_loss``'s: ``{"inputs" [B, T] int32,
+"targets" [B, T] int32, "mask" [B, T] float32}``, where ``targets`` is
+``inputs`` shifted by one and ``mask`` is 1 exactly on the targets that
+belong to the completion (and its EOS), so the loss is on the completion only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def encode_example(tokenizer, prompt: str, completion: str, *, add_bos: bool = True,
+                   add_eos: bool = True) -> tuple[list[int], int]:
+    """Returns ``(ids, n_prompt)``: BOS + prompt + completion (+ EOS), and the prompt's length."""
+    p = tokenizer.encode(prompt, add_bos=add_bos)
+    c = tokenizer.encode(completion, add_eos=add_eos)
+    return p + c, len(p)
+
+
+def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
+               add_eos: bool = True) -> dict[str, np.ndarray]:
+    """Tokenises every row once: ``{"inputs", "targets", "mask"}`` of shape ``[N, seq_len]``.
+
+    Raises ValueError naming the first row whose tokens exceed ``seq_len + 1``
+    (no silent truncation: a cut completion would teach the wrong answer).
+    """
+    if not isinstance(seq_len, int) or seq_len <= 0:
+        raise ValueError(f"seq_len={seq_len!r}; expected a positive int")
+    for col in ("prompt", "completion"):
+        if col not in dataset.column_names:
+            raise ValueError(f"dataset lacks the column {col!r}; has {dataset.column_names}")
+    n = len(dataset)
+    if n == 0:
+        raise ValueError("dataset is empty")
+    inputs = np.full((n, seq_len), tokenizer.pad_id, np.int32)
+    targets = np.full((n, seq_len), tokenizer.pad_id, np.int32)
+    mask = np.zeros((n, seq_len), np.float32)
+    for i, (p, c) in enumerate(zip(dataset["prompt"], dataset["completion"], strict=True)):
+        ids, n_prompt = encode_example(tokenizer, p, c, add_bos=add_bos, add_eos=add_eos)
+        if len(ids) > seq_len + 1:
+            raise ValueError(f"row {i} has {len(ids)} tokens > seq_len + 1 = {seq_len + 1}; "
+                             "raise seq_len or shorten the task")
+        t = len(ids) - 1
+        inputs[i, :t] = ids[:-1]
+        targets[i, :t] = ids[1:]
+        mask[i, n_prompt - 1:t] = 1.0  # targets from the first completion token on
+    return {"inputs": inputs, "targets": targets, "mask": mask}
+
+
+def step_indices(n: int, batch_size: int, step: int, seed: int) -> np.ndarray:
+    """Row indices of batch ``step``: epoch ``e`` visits a permutation of the rows drawn
+    from ``(seed, e)``, and batch ``step`` covers positions ``[step*B, (step+1)*B)`` of the
+    concatenated epochs. A pure function of its arguments."""
+    if step < 0:
+        raise ValueError(f"step={step!r}; expected a non-negative int")
+    pos = np.arange(step * batch_size, (step + 1) * batch_size)
+    epochs, within = pos // n, pos % n
+    out = np.empty_like(pos)
+    for e in np.unique(epochs):
+        perm = np.random.default_rng([seed, int(e)]).permutation(n)
+        sel = epochs == e
+        out[sel] = perm[within[sel]]
+    return out
+
+
+def sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: int = 0, *,
+                add_bos: bool = True, add_eos: bool = True
+                ) -> Callable[[int], dict[str, np.ndarray]]:
+    """Returns ``batch_fn(step) -> {"inputs", "targets", "mask"}``, deterministic in ``step``.
+
+    Rows are tokenised once (:func:`encode_sft`), then batch ``step`` is
+    :func:`step_indices` of them, so a resumed run sees exactly the batches it
+    would have seen. ``batch_fn.num_examples`` and ``batch_fn.arrays`` expose
+    the tokenised data.
+    """
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size={batch_size!r}; expected a positive int")
+    arrays = encode_sft(dataset, tokenizer, seq_len, add_bos=add_bos, add_eos=add_eos)
+    n = arrays["inputs"].shape[0]
+
+    def batch_fn(step: int) -> dict[str, np.ndarray]:
+        idx = step_indices(n, batch_size, int(step), seed)
+        return {k: v[idx] for k, v in arrays.items()}
+
+    batch_fn.num_examples = n
+    batch_fn.arrays = arrays
+    return batch_fn
