@@ -68,7 +68,7 @@ def variable_tracking(n: int, seed: int = 0, hops=(1, 4), context_len=512, n_cha
             cursor[c] += 1
         query = chains[target][-1]
         question = f"{query}=?\n"
-        context, offsets = weave(rng, statements, length - 1, len(question))
+        context, offsets = weave(rng, statements, length, len(question) + 1)
         trace = [f"{chains[target][j]}={chains[target][j - 1]}" for j in range(h - 1, 0, -1)]
         trace.append(f"{chains[target][0]}={values[target]}")
         answer = str(values[target])
@@ -118,7 +118,7 @@ def needle(n: int, seed: int = 0, context_len=512, n_needles: int = 4,
         target = int(rng.integers(n_needles))
         statements = [f"The number of {k} is {v}." for k, v in zip(keys, values, strict=True)]
         question = f"Number of {keys[target]}?\n"
-        context, offsets = weave(rng, statements, length - 1, len(question))
+        context, offsets = weave(rng, statements, length, len(question) + 1)
         prompt = f"{context}\n{question}"
         answer = str(values[target])
         rows.append({

@@ -1,0 +1,58 @@
+"""SFT batches: loss mask exactly on the completion, step-determinism, epoch coverage."""
+
+import numpy as np
+import pytest
+
+from lab.data import ByteTokenizer, arithmetic, mixture, sft_batches, step_indices
+
+
+def test_mask_covers_completion_and_eos_only():
+    tok = ByteTokenizer()
+    ds = arithmetic(16, seed=0, steps=(1, 3))
+    fn = sft_batches(ds, tok, batch_size=16, seq_len=96, seed=0)
+    arrays = fn.arrays
+    for i, row in enumerate(ds):
+        m = arrays["mask"][i].astype(bool)
+        target_ids = arrays["targets"][i][m]
+        assert target_ids[-1] == tok.eos_id
+        assert tok.decode(target_ids) == row["completion"]
+        # inputs are BOS + prompt + completion, targets the same shifted by one
+        n = len(tok.encode(row["prompt"] + row["completion"])) + 1
+        np.testing.assert_array_equal(arrays["inputs"][i][1:n], arrays["targets"][i][:n - 1])
+        assert arrays["inputs"][i][0] == tok.bos_id
+    assert arrays["inputs"].dtype == np.int32 and arrays["mask"].dtype == np.float32
+
+
+def test_batches_are_a_function_of_step_and_cover_each_epoch():
+    tok = ByteTokenizer()
+    ds = arithmetic(10, seed=0)
+    a = sft_batches(ds, tok, batch_size=4, seq_len=96, seed=7)
+    b = sft_batches(ds, tok, batch_size=4, seq_len=96, seed=7)
+    for step in (0, 3, 11, 2):
+        for k in ("inputs", "targets", "mask"):
+            np.testing.assert_array_equal(a(step)[k], b(step)[k])
+    # 5 batches of 4 = 2 epochs of 10: each row exactly twice, once per epoch
+    idx = np.concatenate([step_indices(10, 4, s, seed=7) for s in range(5)])
+    assert sorted(idx[:10]) == list(range(10)) and sorted(idx[10:]) == list(range(10))
+    assert not np.array_equal(idx[:10], idx[10:])  # re-shuffled each epoch
+
+
+def test_too_long_rows_are_an_error():
+    ds = arithmetic(4, seed=0, steps=6, digits=3)
+    with pytest.raises(ValueError, match="row 0 has .* tokens > seq_len"):
+        sft_batches(ds, ByteTokenizer(), batch_size=2, seq_len=16)
+
+
+def test_mixture_counts_schema_and_determinism():
+    tasks = {"arithmetic": {"weight": 2}, "needle": {"context_len": 192},
+             "icl_classification": {"weight": 1, "n_shots": 4}}
+    a = mixture(100, 0, tasks)
+    assert a.to_list() == mixture(100, 0, tasks).to_list()
+    counts = {t: a["task"].count(t) for t in set(a["task"])}
+    assert counts == {"arithmetic": 50, "needle": 25, "icl_classification": 25}
+    assert a.column_names == ["prompt", "completion", "answer", "difficulty", "task", "meta"]
+    assert a["task"][:10] != sorted(a["task"][:10]) or len(set(a["task"][:10])) == 1
+    with pytest.raises(ValueError, match="task='nope' is unknown"):
+        mixture(10, 0, {"nope": {}})
+    with pytest.raises(ValueError, match="bad arguments for task 'needle'"):
+        mixture(10, 0, {"needle": {"hops": 3}})
