@@ -72,6 +72,13 @@ def rope_theta_of(hf: dict) -> float:
     return float(theta)
 
 
+def _int(hf: dict, field: str, default: Any = None) -> int:
+    value = hf.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"config.json {field}={value!r}; expected a positive int")
+    return value
+
+
 def config_from_hf(hf: dict, *, dtype: Any = None) -> TransformerConfig:
     """Returns the :class:`TransformerConfig` of a Hugging Face ``config.json`` dict.
 
@@ -105,24 +112,26 @@ def config_from_hf(hf: dict, *, dtype: Any = None) -> TransformerConfig:
         if field not in hf:
             raise ValueError(f"config.json has no {field!r}; it is required for "
                              f"model_type={model_type!r}")
-    n_heads = int(hf["num_attention_heads"])
-    head_dim = hf.get("head_dim") or hf["hidden_size"] // n_heads
+    n_heads = _int(hf, "num_attention_heads")
+    d_model = _int(hf, "hidden_size")
+    head_dim = _int(hf, "head_dim") if hf.get("head_dim") is not None else d_model // n_heads
+    n_kv_heads = _int(hf, "num_key_value_heads") if hf.get("num_key_value_heads") else n_heads
     if dtype is None:
         dtype = hf.get("dtype") or hf.get("torch_dtype") or "float32"
     return TransformerConfig(
-        vocab_size=int(hf["vocab_size"]),
-        d_model=int(hf["hidden_size"]),
-        n_layers=int(hf["num_hidden_layers"]),
+        vocab_size=_int(hf, "vocab_size"),
+        d_model=d_model,
+        n_layers=_int(hf, "num_hidden_layers"),
         n_heads=n_heads,
-        n_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
-        head_dim=int(head_dim),
-        d_ff=int(hf["intermediate_size"]),
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        d_ff=_int(hf, "intermediate_size"),
         rope_theta=rope_theta_of(hf),
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         qk_norm=model_type == "qwen3",
         qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        max_len=int(hf.get("max_position_embeddings", 2048)),
+        max_len=_int(hf, "max_position_embeddings", 2048),
         dtype=_dtype_name(dtype),
     )
 
