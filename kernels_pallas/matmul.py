@@ -41,6 +41,7 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 GRID_ORDERS = ("mn", "nm")
+_STATIC = ("activation", "scale", "out_dtype", "config", "interpret", "triton")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,11 @@ def tile_coords(t, n_m: int, n_n: int, group_m: int, grid_order: str):
 
 
 def _epilogue(acc, bias, scale, activation):
+    """``activation(scale * acc + bias)``; ``scale`` is a Python float fixed at compile time."""
     if scale is not None:
+        if not isinstance(scale, (int, float)):
+            raise ValueError(f"scale={scale!r}; expected a Python float (a compile-time "
+                             "epilogue constant)")
         acc = acc * scale
     if bias is not None:
         acc = acc + bias
@@ -117,6 +122,7 @@ def _check_operands(a, b):
         raise ValueError(f"matmul needs a [M, K] and b [K, N]; got {a.shape} and {b.shape}")
 
 
+@functools.partial(jax.jit, static_argnames=("activation", "scale", "out_dtype"))
 def reference(a, b, *, bias=None, activation=None, scale=None, out_dtype=None):
     """``activation(scale * (a @ b) + bias)``, float32 accumulation: the XLA baseline."""
     _check_operands(a, b)
@@ -125,6 +131,7 @@ def reference(a, b, *, bias=None, activation=None, scale=None, out_dtype=None):
     return out.astype(out_dtype or a.dtype)
 
 
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def matmul_kernel(a, b, *, bias=None, activation=None, scale=None, out_dtype=None,
                   config: MatmulConfig | None = None, interpret: bool = False,
                   triton: bool | None = None):
@@ -226,6 +233,7 @@ def _row_scale(q: lowp.QuantizedArray, rows: int):
                             (rows, 1)).astype(jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def scaled_matmul_kernel(qa, qb, *, bias=None, activation=None, scale=None,
                          out_dtype=jnp.float32, config: MatmulConfig | None = None,
                          interpret: bool = False, triton: bool | None = None):

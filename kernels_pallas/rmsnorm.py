@@ -40,6 +40,7 @@ def reference(x, weight, *, eps: float = 1e-6, residual=None):
     return y if residual is None else (y, h)
 
 
+@functools.partial(jax.jit, static_argnames=("eps", "block_rows", "interpret", "triton"))
 def rmsnorm_kernel(x, weight, *, eps: float = 1e-6, residual=None, block_rows: int = 8,
                    interpret: bool = False, triton: bool | None = None):
     """Pallas fused RMSNorm over row blocks; same outputs as :func:`reference`."""

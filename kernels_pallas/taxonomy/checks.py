@@ -1,0 +1,174 @@
+"""The per-architecture unit test of a strategy, in three parts.
+
+1. :func:`check_interpret`: the arch's expert example runs in Pallas interpret
+   mode (any host) and matches the XLA reference within the workload tolerance.
+2. :func:`check_lowering`: the example lowers for the arch's platform (``cuda``
+   or ``rocm``) from this host, through the Triton backend, and the lowered
+   module holds the strategy's ``lowering_markers``. Structural, not a run.
+3. :func:`check_hardware`: only on that hardware: the compiled device code (PTX
+   or AMDGCN, dumped by XLA/Mosaic in a subprocess) holds the arch's
+   ``device_markers`` and the example beats the unoptimised baseline
+   (median wall time, ``min_speedup``).
+
+Each returns a :class:`CheckResult`; ``status`` is ``"pass"``, ``"fail"`` or
+``"skip"`` with the reason. Nothing is reported as passed that did not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+
+from kernels_pallas.taxonomy import arch as arch_mod
+from kernels_pallas.taxonomy import workloads as wl
+from kernels_pallas.taxonomy.strategies import BY_NAME, Strategy, get, workload_for
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    strategy: str
+    arch: str
+    part: str        # interpret | lowering | hardware
+    status: str      # pass | fail | skip
+    detail: str
+    value: float | None = None
+
+
+def _result(s, a, part, ok, detail, value=None):
+    return CheckResult(s.name, a, part, "pass" if ok else "fail", detail, value)
+
+
+def _skip(s, a, part, reason):
+    return CheckResult(s.name, a, part, "skip", reason)
+
+
+def check_interpret(s: Strategy, arch: str, seed: int = 0,
+                    params: dict | None = None) -> CheckResult:
+    """Correctness of ``s``'s example (or ``params``) for ``arch`` in interpret mode."""
+    arch_mod.get(arch)
+    if not s.supported(arch):
+        return _skip(s, arch, "interpret", f"{arch} has no {s.name} feature ({s.notes})")
+    w = workload_for(s, arch, "interpret")
+    try:
+        ok, err = wl.check(w, s.params[arch] if params is None else params, seed)
+    except NotImplementedError as e:
+        return _skip(s, arch, "interpret", str(e))
+    return _result(s, arch, "interpret", ok, f"max rel err {err:.2e} (tol {wl.tolerance(w):g})",
+                   err)
+
+
+@functools.lru_cache(maxsize=128)
+def lowered_text(w: wl.Workload, params_items: tuple, platform: str) -> str:
+    """The StableHLO module of the candidate lowered for ``platform`` via the Triton backend."""
+    args = wl.make_inputs(w)
+    fn = functools.partial(wl.run_kernel, w, dict(params_items), interpret=False, triton=True)
+    return jax.jit(fn).trace(args).lower(lowering_platforms=(platform,)).as_text()
+
+
+def check_lowering(s: Strategy, arch: str, params: dict | None = None) -> CheckResult:
+    """The example (or ``params``) lowers for ``arch``'s platform and holds the strategy's
+    lowering markers."""
+    a = arch_mod.get(arch)
+    if not s.supported(arch):
+        return _skip(s, arch, "lowering", f"{arch} has no {s.name} feature")
+    w = workload_for(s, arch, "interpret")
+    if w.op == "attention":
+        return _skip(s, arch, "lowering", "the attention kernel picks Triton parameters from the "
+                     "running platform, so it is lowered on GPU hosts only")
+    params = s.params[arch] if params is None else params
+    text = lowered_text(w, tuple(sorted(params.items())), a.platform)
+    markers = [m.format(**params) for m in s.lowering_markers]
+    found = "xla.gpu.triton" in text and all(m in text for m in markers)
+    if s.name == "epilogue_fusion":  # the activation must not be a separate XLA op
+        found = found and "stablehlo.tanh" not in text
+    return _result(s, arch, "lowering", found,
+                   f"lowered for {a.platform}: markers {markers} "
+                   f"{'present' if found else 'missing'}")
+
+
+_DUMP_SCRIPT = """
+import json, sys
+from kernels_pallas.taxonomy import workloads as wl
+w = wl.Workload(**json.loads(sys.argv[1]))
+out = wl.run_kernel(w, json.loads(sys.argv[2]), wl.make_inputs(w), interpret=False)
+import jax; jax.block_until_ready(out)
+"""
+
+
+def device_code(w: wl.Workload, params: dict) -> str:
+    """Compiles the candidate in a subprocess with XLA/Mosaic dumps on; returns PTX/AMDGCN text."""
+    import json
+
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d} " + os.environ.get("XLA_FLAGS", ""),
+                   MOSAIC_GPU_DUMP_PTX="1", MOSAIC_GPU_DUMP_TO=d)
+        spec = json.dumps(dict(op=w.op, shape=list(w.shape), dtype=w.dtype, scaling=w.scaling))
+        proc = subprocess.run([sys.executable, "-c", _DUMP_SCRIPT, spec, json.dumps(params)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        texts = [proc.stdout, proc.stderr]
+        for pattern in ("*.ptx", "*.s", "*.amdgcn", "*.ll", "*.mlir"):
+            for f in glob.glob(os.path.join(d, "**", pattern), recursive=True):
+                with open(f, errors="replace") as fh:
+                    texts.append(fh.read())
+        return "\n".join(texts)
+
+
+def _median_time(fn, repeats: int = 7) -> float:
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def check_hardware(s: Strategy, arch: str, min_speedup: float = 1.05) -> list[CheckResult]:
+    """On ``arch`` hardware only: device markers present, and a speedup over the baseline."""
+    if not s.supported(arch):
+        return [_skip(s, arch, "hardware", f"{arch} has no {s.name} feature")]
+    reason = arch_mod.skip_reason(arch)
+    if reason:
+        return [_skip(s, arch, "hardware", reason)]
+    w = workload_for(s, arch, "hardware")
+    params, out = s.params[arch], []
+    markers = s.device_markers.get(arch, ())
+    if markers:
+        code = device_code(w, params)
+        missing = [m for m in markers if m not in code]
+        out.append(_result(s, arch, "hardware", not missing,
+                           f"device code markers missing: {missing}" if missing
+                           else f"device code holds {list(markers)}"))
+    args = wl.make_inputs(w)
+    base_w = w if s.name != "mma" else dataclasses.replace(w, dtype="float32")
+    base_args = args if base_w is w else wl.make_inputs(base_w)
+    t_opt = _median_time(lambda: wl.run_kernel(w, params, args, interpret=False))
+    t_base = _median_time(lambda: wl.run_kernel(base_w, s.baseline, base_args, interpret=False))
+    speedup = t_base / t_opt
+    out.append(_result(s, arch, "hardware", speedup >= min_speedup,
+                       f"speedup over the unoptimised kernel {speedup:.2f}x "
+                       f"({t_base * 1e3:.3f} ms -> {t_opt * 1e3:.3f} ms)", speedup))
+    return out
+
+
+def run_all(names=None, archs=None, parts=("interpret", "lowering", "hardware")):
+    """Every (strategy, arch) check; returns a list of :class:`CheckResult`."""
+    results = []
+    for name in names or list(BY_NAME):
+        s = get(name)
+        for a in archs or arch_mod.NAMES:
+            if "interpret" in parts:
+                results.append(check_interpret(s, a))
+            if "lowering" in parts:
+                results.append(check_lowering(s, a))
+            if "hardware" in parts:
+                results.extend(check_hardware(s, a))
+    return results
