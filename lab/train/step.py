@@ -1,0 +1,121 @@
+"""The jitted train step: a pure function of (params, other model state, optimizer state, batch).
+
+Follows flax's performance guide (``guides/performance.md``): the model is split
+once into a graph definition and states, the step is jitted over the states and
+merges the model inside the trace. The optimizer is rebuilt inside the trace
+from the (hashable) :class:`TrainConfig`, so trainers of the same model
+structure, loss and config share one compiled step (methods that train many
+tiny models compile once).
+
+Gradient accumulation splits the batch's leading axis into ``grad_accum``
+micro-batches and runs them in a ``lax.scan``. Micro-batch gradients and metrics
+are averaged with weights ``metrics["loss_weight"]`` if the loss reports it,
+else ``metrics["tokens"]``, else 1, so that for a loss that is a mean over
+tokens (``sft_loss``) the accumulated gradient equals the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from lab.train.config import TrainConfig, make_optimizer, make_schedule
+
+COUNT_KEYS = ("tokens", "loss_weight")  # summed over micro-batches, not averaged
+
+
+def _micro_weight(metrics: dict) -> jax.Array:
+    for key in ("loss_weight", "tokens"):
+        if key in metrics:
+            return jnp.asarray(metrics[key], jnp.float32)
+    return jnp.float32(1.0)
+
+
+def _loss_and_state(graphdef, loss_fn, pass_rng):
+    """Returns ``f(params, rest, batch, key) -> (loss, (metrics, new_rest))``."""
+
+    def f(params, rest, batch, key):
+        model = nnx.merge(graphdef, params, rest)
+        out = loss_fn(model, batch, rng=key) if pass_rng else loss_fn(model, batch)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+            raise ValueError("loss_fn(model, batch) must return (loss, metrics_dict); got "
+                             f"{type(out).__name__}")
+        loss, metrics = out
+        if jnp.shape(loss) != ():
+            raise ValueError(f"loss_fn must return a scalar loss; got shape {jnp.shape(loss)}")
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        _, _, new_rest = nnx.split(model, nnx.Param, ...)
+        return loss, (metrics, new_rest)
+
+    return f
+
+
+def _accumulate(grad_fn, params, rest, batch, key, n: int):
+    """Runs ``n`` micro-batches in a scan; returns weighted-mean grads and metrics."""
+    leaves = jax.tree.leaves(batch)
+    size = leaves[0].shape[0] if leaves and leaves[0].ndim else None
+    for x in leaves:
+        if x.ndim == 0 or x.shape[0] != size or size % n:
+            raise ValueError(f"TrainConfig.grad_accum={n} needs every batch array to share a "
+                             f"leading axis divisible by {n}; got shapes "
+                             f"{[tuple(y.shape) for y in leaves]}")
+    micro = jax.tree.map(lambda x: x.reshape(n, size // n, *x.shape[1:]), batch)
+    first = jax.tree.map(lambda x: x[0], micro)
+    (_, (m_shape, _)), g_shape = jax.eval_shape(grad_fn, params, rest, first, key)
+    zeros = lambda t: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), t)  # noqa: E731
+
+    def body(carry, xs):
+        g_sum, m_sum, w_sum, rest = carry
+        mb, i = xs
+        (_, (m, rest)), g = grad_fn(params, rest, mb, jax.random.fold_in(key, i))
+        w = _micro_weight(m)
+        g_sum = jax.tree.map(lambda a, b: a + w * b, g_sum, g)
+        m_sum = {k: m_sum[k] + (m[k] if k in COUNT_KEYS else w * m[k]) for k in m_sum}
+        return (g_sum, m_sum, w_sum + w, rest), None
+
+    init = (zeros(g_shape), zeros(m_shape), jnp.float32(0.0), rest)
+    (g_sum, m_sum, w_sum, rest), _ = jax.lax.scan(body, init, (micro, jnp.arange(n)))
+    scale = jnp.where(w_sum > 0, 1.0 / jnp.where(w_sum > 0, w_sum, 1.0), 0.0)
+    grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), g_sum)
+    metrics = {k: v if k in COUNT_KEYS else v * scale for k, v in m_sum.items()}
+    return grads, metrics, rest
+
+
+@functools.lru_cache(maxsize=64)
+def compiled_step(graphdef, loss_fn: Callable, config: TrainConfig, pass_rng: bool):
+    """Returns the jitted ``step(params, rest, opt_state, batch, step, key)``.
+
+    The result is ``(params, rest, opt_state, metrics)``: the updated states and
+    a dict of float32 metrics (the loss's own, averaged over micro-batches, plus
+    ``lr`` and ``grad_norm``, the global gradient norm before clipping). The
+    input states are donated.
+    """
+    tx = make_optimizer(config)
+    schedule = make_schedule(config)
+    grad_fn = jax.value_and_grad(_loss_and_state(graphdef, loss_fn, pass_rng), has_aux=True)
+
+    def step_fn(params, rest, opt_state, batch, step, key):
+        step_key = jax.random.fold_in(key, step)
+        if config.grad_accum == 1:
+            (_, (metrics, rest)), grads = grad_fn(params, rest, batch, step_key)
+        else:
+            grads, metrics, rest = _accumulate(grad_fn, params, rest, batch, step_key,
+                                               config.grad_accum)
+        metrics = dict(metrics, grad_norm=optax.tree.norm(grads),
+                       lr=jnp.asarray(schedule(step), jnp.float32))
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, rest, opt_state, metrics
+
+    return jax.jit(step_fn, donate_argnums=(0, 1, 2))
+
+
+def step_config(config: TrainConfig) -> TrainConfig:
+    """The config with the fields that do not change the step's numbers normalised."""
+    return config.replace(seed=0, log_every=1, eval_every=0, checkpoint_every=0,
+                          keep_checkpoints=1, progress=False)
