@@ -1,0 +1,100 @@
+"""Hawkeye search: finds the known best on a synthetic cost, honours tests, budget is the knob."""
+
+import json
+import math
+
+import pytest
+
+from lab.methods import hawkeye as hk
+from lab.methods.hawkeye.proposers import SPACE, START
+
+W = hk.Workload("matmul", (1024, 1024, 1024), "bfloat16")
+BEST = dict(block_m=64, block_n=128, block_k=32, num_warps=8, num_stages=3, split_k=2,
+            group_m=8, grid_order="nm", fuse_epilogue=True)
+PASS = lambda *a: (True, "")            # noqa: E731  (stand-ins for the interpret checks)
+NUMERICS_OK = lambda *a: (True, 0.0)    # noqa: E731
+
+
+class Synthetic:
+    """A separable cost with a unique minimum at BEST (distance in value indices)."""
+
+    kind = "synthetic"
+
+    def __call__(self, w, params):
+        return 1.0 + sum(abs(SPACE["matmul"][k].index(v) - SPACE["matmul"][k].index(BEST[k]))
+                         * (1 + i) for i, (k, v) in enumerate(sorted(params.items())))
+
+    def baseline(self, w):
+        return 5.0
+
+
+def _search(budget, **kw):
+    kw.setdefault("unit_test", PASS)
+    kw.setdefault("check", NUMERICS_OK)
+    return hk.search(W, "hopper", budget=budget, cost=Synthetic(), **kw)
+
+
+def test_search_finds_the_known_best_configuration():
+    r = _search(60)
+    assert r.best.params == BEST and r.best.cost == 1.0
+    assert r.tried <= 60 and r.passed == r.tried
+    row = r.row()
+    assert row["speedup_vs_xla"] == 5.0 and row["cost"] == "synthetic"
+
+
+def test_budget_is_the_test_time_compute_knob():
+    costs = [_search(b).best.cost for b in (3, 10, 25, 60)]
+    assert all(a >= b for a, b in zip(costs, costs[1:], strict=False))
+    assert costs[0] > costs[-1] == 1.0
+
+
+def test_evolutionary_search_alone_improves_on_the_start():
+    r = _search(40, proposer=hk.EvolutionaryProposer(seed=1))
+    start = Synthetic()(W, START["matmul"])
+    assert r.best.cost < start / 2
+
+
+def test_failed_unit_tests_and_numerics_exclude_candidates():
+    no_split = lambda s, t, on: (s != "split_k", "split-K test failed")   # noqa: E731
+    r = _search(60, unit_test=no_split)
+    assert r.best.params["split_k"] == 1
+    assert any(e.status == "failed_test:split_k" for e in r.evaluations)
+    picky = lambda w, p, on: (p["block_k"] != 32, 1.0)                   # noqa: E731
+    r = _search(60, check=picky)
+    assert r.best.params["block_k"] != 32 and r.passed < r.tried
+    assert any(e.status == "failed_numerics" for e in r.evaluations)
+
+
+def test_agent_proposer_gets_taxonomy_and_tests_as_context():
+    prompts = []
+
+    def agent(prompt):
+        prompts.append(prompt)
+        return "Here you go:\n" + json.dumps([BEST])
+
+    r = _search(5, proposer=hk.AgentProposer(agent))
+    assert "## online_softmax" in prompts[0] and "def check_interpret" in prompts[0]
+    assert r.best.params == BEST and r.best.origin == "AgentProposer"
+
+
+def test_real_checks_on_a_small_workload():
+    """Default unit tests (taxonomy, interpret + lowering) and interpret numerics, analytic cost."""
+    w = hk.Workload("matmul", (64, 64, 64), "float32")
+    r = hk.search(w, "ampere", budget=3)
+    assert r.cost_kind == "analytic" and r.passed >= 1
+    assert r.best.error is not None and r.best.error < 1e-4
+    assert r.row()["speedup_vs_xla"] == "not measured"
+    assert math.isfinite(r.best.cost)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"target='volta'.*'ampere'"):
+        hk.search(W, "volta", budget=2)
+    with pytest.raises(ValueError, match="'nvfp4' is not supported on hopper"):
+        hk.search(hk.Workload("scaled_matmul", (64, 64, 64), "nvfp4"), "hopper", budget=2)
+    with pytest.raises(ValueError, match="fmt='int4'.*known formats"):
+        hk.search(hk.Workload("scaled_matmul", (64, 64, 64), "int4"), "blackwell", budget=2)
+    with pytest.raises(ValueError, match="op='conv'"):
+        hk.search(hk.Workload("conv", (1, 1, 1)), "hopper", budget=2)
+    with pytest.raises(ValueError, match="budget=0"):
+        hk.search(W, "hopper", budget=0, cost=Synthetic())
