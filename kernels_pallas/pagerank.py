@@ -40,9 +40,17 @@ from kernels_pallas.dispatch import platform, select
 STOCHASTIC_ATOL = 1e-3
 
 
-def _concrete(x) -> np.ndarray | None:
-    """The value of ``x`` as numpy, or None under a jax transformation."""
-    return None if isinstance(x, jax.core.Tracer) else np.asarray(x, np.float64)
+def _is_traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+@jax.jit
+def _stats(P, v):
+    """Scalars the value checks need, computed where the arrays live (no host copy of P)."""
+    sums = P.astype(jnp.float32).sum(-1)
+    worst = jnp.argmax(jnp.abs(sums - 1).reshape(-1))
+    vs = v.astype(jnp.float32).sum(-1)
+    return P.min(), worst, sums.reshape(-1)[worst], v.min(), vs.min(), vs.max()
 
 
 def _prepare(P, v, alpha, iters, tol, normalize):
@@ -64,21 +72,18 @@ def _prepare(P, v, alpha, iters, tol, normalize):
         raise ValueError(f"iters={iters!r}; expected a positive int")
     if tol is not None and not float(tol) > 0:
         raise ValueError(f"tol={tol!r}; expected None or a positive float")
-    p_np, v_np = _concrete(P), _concrete(v)
-    if v_np is not None:
-        if v_np.min() < 0 or np.abs(v_np.sum(-1) - 1).max() > STOCHASTIC_ATOL:
-            raise ValueError(f"v is not a distribution: min {v_np.min():.3g}, sums in "
-                             f"[{v_np.sum(-1).min():.6g}, {v_np.sum(-1).max():.6g}]; expected "
-                             f"non-negative entries summing to 1 +- {STOCHASTIC_ATOL}")
-    if p_np is not None:
-        if p_np.min() < 0:
-            raise ValueError(f"P has negative entries (min {p_np.min():.3g}); expected a "
+    if not _is_traced(P, v):
+        p_min, worst, worst_sum, v_min, v_lo, v_hi = jax.device_get(_stats(P, v))
+        if v_min < 0 or max(abs(v_lo - 1), abs(v_hi - 1)) > STOCHASTIC_ATOL:
+            raise ValueError(f"v is not a distribution: min {v_min:.3g}, sums in [{v_lo:.6g}, "
+                             f"{v_hi:.6g}]; expected non-negative entries summing to 1 +- "
+                             f"{STOCHASTIC_ATOL}")
+        if p_min < 0:
+            raise ValueError(f"P has negative entries (min {p_min:.3g}); expected a "
                              "row-stochastic matrix")
-        sums = p_np.sum(-1)
-        bad = np.abs(sums - 1) > STOCHASTIC_ATOL
-        if not normalize and bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(f"P is not row-stochastic: row {where} sums to {sums[where]:.6g}; "
+        if not normalize and abs(worst_sum - 1) > STOCHASTIC_ATOL:
+            row = tuple(int(i) for i in np.unravel_index(int(worst), P.shape[:-1]))
+            raise ValueError(f"P is not row-stochastic: row {row} sums to {worst_sum:.6g}; "
                              f"expected 1 +- {STOCHASTIC_ATOL} (or pass normalize=True)")
     P = jnp.broadcast_to(P.astype(jnp.float32), (*batch, n, n)).reshape(-1, n, n)
     v = jnp.broadcast_to(v.astype(jnp.float32), (*batch, n)).reshape(-1, n)
