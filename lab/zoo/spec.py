@@ -1,0 +1,180 @@
+"""ZooSpec: everything that decides a zoo model's weights, and the named specs.
+
+A spec's :meth:`ZooSpec.digest` hashes the fields that change the trained
+numbers (model config, training hyper-parameters, data, sequence length,
+batch size, packing, the storage format), so a changed spec gets a new cache
+entry and an unchanged one is never retrained. Logging and progress fields of
+the training config are left out of the hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from lab.data import ByteTokenizer
+from lab.data.synthetic import GENERATORS
+from lab.nn import TransformerConfig
+
+ZOO_FORMAT = 1  # bump when the stored layout or the generators' output changes
+UNHASHED_TRAIN_KEYS = ("progress", "log_every", "eval_every", "checkpoint_every",
+                       "keep_checkpoints")
+DATA_KEYS = ("tasks", "n_train", "n_eval", "seed")
+
+
+def _canonical(value: Any) -> Any:
+    """JSON-ready form with tuples as lists and mapping keys sorted (for hashing)."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooSpec:
+    """A small LM that Lab trains on synthetic tasks and caches.
+
+    name:       the cache entry's prefix (``<name>-<digest>``); not hashed.
+    model:      the :class:`lab.nn.TransformerConfig` (``vocab_size`` >= 264, the
+                byte tokenizer's).
+    train:      keyword arguments of ``lab.train.TrainConfig`` (steps, learning_rate, ...).
+    data:       ``{"tasks": {generator: kwargs (+ "weight")}, "n_train": int,
+                "n_eval": int (held-out examples per task), "seed": int}`` for
+                :func:`lab.data.mixture`.
+    seq_len:    tokens per training row.
+    batch_size: rows per step.
+    pack:       pack several examples per row (:func:`lab.data.batching.packed_sft_batches`).
+    description: free text for ``zoo.list()``; not hashed.
+    """
+
+    name: str
+    model: TransformerConfig
+    train: Mapping[str, Any]
+    data: Mapping[str, Any]
+    seq_len: int = 256
+    batch_size: int = 16
+    pack: bool = True
+    description: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ValueError(f"ZooSpec.name={self.name!r}; expected a non-empty name without '/'")
+        if isinstance(self.model, Mapping):
+            object.__setattr__(self, "model", TransformerConfig(**self.model))
+        if not isinstance(self.model, TransformerConfig):
+            raise ValueError(f"ZooSpec.model={self.model!r}; expected a TransformerConfig")
+        if self.model.vocab_size < ByteTokenizer.vocab_size:
+            raise ValueError(f"ZooSpec.model.vocab_size={self.model.vocab_size}; the byte "
+                             f"tokenizer needs >= {ByteTokenizer.vocab_size}")
+        for name in ("seq_len", "batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"ZooSpec.{name}={v!r}; expected a positive int")
+        if self.seq_len > self.model.max_len:
+            raise ValueError(f"ZooSpec.seq_len={self.seq_len} exceeds model.max_len="
+                             f"{self.model.max_len}")
+        missing = [k for k in DATA_KEYS if k not in self.data]
+        unknown = [k for k in self.data if k not in DATA_KEYS]
+        if missing or unknown:
+            raise ValueError(f"ZooSpec.data keys: missing {missing}, unknown {unknown}; "
+                             f"expected exactly {DATA_KEYS}")
+        for task in self.data["tasks"]:
+            if task not in GENERATORS:
+                raise ValueError(f"ZooSpec.data['tasks'] has unknown task {task!r}; expected "
+                                 f"any of {sorted(GENERATORS)}")
+        if "steps" not in self.train:
+            raise ValueError("ZooSpec.train has no 'steps'")
+
+    def hashed_fields(self) -> dict:
+        train = {k: v for k, v in self.train.items() if k not in UNHASHED_TRAIN_KEYS}
+        return _canonical({"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
+                           "data": dict(self.data), "seq_len": self.seq_len,
+                           "batch_size": self.batch_size, "pack": self.pack,
+                           "tokenizer": "bytes"})
+
+    def digest(self) -> str:
+        """First 12 hex digits of the SHA-256 of :meth:`hashed_fields` as sorted JSON."""
+        text = json.dumps(self.hashed_fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def key(self) -> str:
+        """The cache entry's directory name, ``<name>-<digest>``."""
+        return f"{self.name}-{self.digest()}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "model": self.model.to_dict(),
+                "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
+                "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
+                "description": self.description}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ZooSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"ZooSpec fields {unknown} are unknown; expected {sorted(known)}")
+        return cls(**{**d, "model": TransformerConfig(**d["model"])})
+
+    def replace(self, **kwargs) -> ZooSpec:
+        return dataclasses.replace(self, **kwargs)
+
+
+def _model(d: int, layers: int, heads: int, kv: int, ff: int, max_len: int) -> TransformerConfig:
+    return TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=d, n_layers=layers,
+                             n_heads=heads, n_kv_heads=kv, head_dim=d // heads, d_ff=ff,
+                             max_len=max_len)
+
+
+def _tasks(context: tuple[int, int], hops: tuple[int, int], docs: tuple[int, int]) -> dict:
+    """The synthetic mixture of the named models; long-context tasks at short lengths."""
+    return {
+        "arithmetic": {"weight": 2, "steps": (1, 3), "digits": (1, 2)},
+        "variable_tracking": {"weight": 1, "hops": hops, "context_len": context, "n_chains": 3},
+        "needle": {"weight": 1, "context_len": (context[0] + 32, context[1] + 32),
+                   "n_needles": 3},
+        "kv_retrieval": {"weight": 1, "n_docs": docs, "pairs_per_doc": 1},
+        "icl_classification": {"weight": 1, "n_shots": (5, 8), "n_classes": 2},
+    }
+
+
+def _train(steps: int, lr: float) -> dict:
+    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(100, steps // 10),
+            "schedule": "cosine", "optimizer": "adamw", "weight_decay": 0.01,
+            "grad_clip": 1.0, "seed": 0, "log_every": 25, "checkpoint_every": 200}
+
+
+NAMED: dict[str, ZooSpec] = {
+    "lm-test": ZooSpec(
+        name="lm-test", model=_model(32, 1, 2, 1, 64, 64),
+        train=_train(40, 3e-3) | {"checkpoint_every": 0},
+        data={"tasks": {"arithmetic": {"steps": 1, "digits": 1}}, "n_train": 256,
+              "n_eval": 32, "seed": 0},
+        seq_len=64, batch_size=8,
+        description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
+    "lm-xs": ZooSpec(
+        name="lm-xs", model=_model(128, 2, 4, 2, 384, 512),
+        train=_train(300, 3e-3),
+        data={"tasks": _tasks((96, 160), (1, 2), (3, 6)), "n_train": 20000, "n_eval": 64,
+              "seed": 0},
+        seq_len=256, batch_size=16,
+        description="2 layers, d=128 (0.43M params); ~1 min on two cores"),
+    "lm-s": ZooSpec(
+        name="lm-s", model=_model(192, 3, 6, 2, 512, 1024),
+        train=_train(600, 2e-3),
+        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 40000, "n_eval": 64,
+              "seed": 0},
+        seq_len=256, batch_size=16,
+        description="3 layers, d=192 (1.3M params); ~3 min on two cores"),
+    "lm-m": ZooSpec(
+        name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
+        train=_train(900, 1.5e-3),
+        data={"tasks": _tasks((96, 192), (1, 3), (3, 8)), "n_train": 60000, "n_eval": 64,
+              "seed": 0},
+        seq_len=256, batch_size=16,
+        description="4 layers, d=256 (2.9M params); ~8 min on two cores"),
+}

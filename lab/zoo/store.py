@@ -1,0 +1,181 @@
+"""The zoo's on-disk cache: one directory per spec, written atomically, checked on load.
+
+Layout of ``$LAB_CACHE/zoo/<name>-<digest>/`` (``LAB_CACHE`` defaults to
+``~/.cache/lab``):
+
+- ``params.safetensors``: the model's ``nnx.Param`` arrays, keyed by their
+  dotted path (``layers.0.attn.q.kernel``);
+- ``spec.json``: the :class:`ZooSpec` and its digest;
+- ``metrics.json``: train / held-out accuracy per task, training time;
+- ``manifest.json``: the SHA-256 of every other file, written last.
+
+An entry is built in a temporary sibling directory and renamed into place
+(``os.rename`` of a directory is atomic on POSIX), under an exclusive
+``fcntl`` lock per entry, so concurrent processes neither corrupt it nor train
+it twice. A partial training run lives in ``.work-<key>`` and resumes after a
+kill (the trainer's checkpoints). On load every checksum, key and shape is
+verified; a mismatch raises :class:`CorruptEntry`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+
+from lab.nn import Transformer, TransformerConfig
+
+PARAMS_FILE, SPEC_FILE, METRICS_FILE, MANIFEST_FILE = (
+    "params.safetensors", "spec.json", "metrics.json", "manifest.json")
+
+
+class CorruptEntry(ValueError):
+    """A cache entry that exists but cannot be trusted (names the entry and the problem)."""
+
+
+def cache_root() -> str:
+    """``$LAB_CACHE`` if set, else ``~/.cache/lab``."""
+    return os.path.abspath(os.path.expanduser(os.environ.get("LAB_CACHE") or "~/.cache/lab"))
+
+
+def zoo_dir() -> str:
+    return os.path.join(cache_root(), "zoo")
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def entry_lock(key: str):
+    """Exclusive lock on the entry ``key`` (blocks until the holder releases it)."""
+    os.makedirs(zoo_dir(), exist_ok=True)
+    with open(os.path.join(zoo_dir(), f".{key}.lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def flatten_params(model: nnx.Module) -> dict[str, np.ndarray]:
+    """``{"layers.0.attn.q.kernel": array, ...}`` of the model's ``nnx.Param`` values."""
+    pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    flat = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(pure)[0]:
+        flat[".".join(str(p.key) for p in path)] = np.asarray(leaf)
+    return flat
+
+
+def abstract_model(config: TransformerConfig) -> nnx.Module:
+    return nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+
+
+def model_from_flat(config: TransformerConfig, flat: dict[str, np.ndarray],
+                    where: str = "params") -> nnx.Module:
+    """Builds a Transformer with ``flat`` as its parameters; every key and shape must match.
+
+    Raises CorruptEntry naming the first missing/unexpected key or wrong shape.
+    """
+    graphdef, state, rest = nnx.split(abstract_model(config), nnx.Param, ...)
+    pure = nnx.to_pure_dict(state)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(pure)
+    expected = {".".join(str(p.key) for p in path): leaf for path, leaf in leaves}
+    missing = sorted(set(expected) - set(flat))
+    extra = sorted(set(flat) - set(expected))
+    if missing or extra:
+        raise CorruptEntry(f"{where}: parameters missing {missing[:3]}, unexpected {extra[:3]}")
+    values = []
+    for name, leaf in expected.items():
+        arr = flat[name]
+        if tuple(arr.shape) != tuple(leaf.shape):
+            raise CorruptEntry(f"{where}: parameter {name} has shape {tuple(arr.shape)}, "
+                               f"expected {tuple(leaf.shape)}")
+        values.append(jax.numpy.asarray(arr, dtype=leaf.dtype))
+    nnx.replace_by_pure_dict(state, jax.tree_util.tree_unflatten(treedef, values))
+    return nnx.merge(graphdef, state, rest)
+
+
+def write_entry(key: str, model: nnx.Module, spec_dict: dict, metrics: dict) -> str:
+    """Writes the entry atomically (temp dir + rename); returns its path."""
+    root = zoo_dir()
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, key)
+    tmp = tempfile.mkdtemp(dir=root, prefix=f".tmp-{key}-")
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would hide a shared cache from other users
+        save_file(flatten_params(model), os.path.join(tmp, PARAMS_FILE))
+        for fname, obj in ((SPEC_FILE, spec_dict), (METRICS_FILE, metrics)):
+            with open(os.path.join(tmp, fname), "w") as f:
+                json.dump(obj, f, indent=1, sort_keys=True)
+        manifest = {fname: _sha256(os.path.join(tmp, fname))
+                    for fname in (PARAMS_FILE, SPEC_FILE, METRICS_FILE)}
+        with open(os.path.join(tmp, MANIFEST_FILE), "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+        for fname in os.listdir(tmp):
+            with open(os.path.join(tmp, fname), "rb") as f:
+                os.fsync(f.fileno())
+        if os.path.exists(final):  # only a corrupt entry can be here (we hold the lock)
+            quarantine(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def quarantine(path: str) -> str:
+    """Moves a bad entry aside to ``<path>.corrupt-<time>`` (kept for inspection)."""
+    dest = f"{path}.corrupt-{int(time.time() * 1000)}"
+    os.rename(path, dest)
+    return dest
+
+
+def read_entry(key: str, config: TransformerConfig, digest: str) -> tuple[nnx.Module, dict]:
+    """Loads and verifies the entry ``key``; returns ``(model, metrics)``.
+
+    Raises FileNotFoundError when there is no entry, CorruptEntry when one
+    exists but a file is missing, fails its checksum, or does not match
+    ``config`` / ``digest``.
+    """
+    path = os.path.join(zoo_dir(), key)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(path)
+    manifest_path = os.path.join(path, MANIFEST_FILE)
+    if not os.path.exists(manifest_path):
+        raise CorruptEntry(f"zoo entry {path} has no {MANIFEST_FILE} (interrupted write?)")
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptEntry(f"zoo entry {path}: {MANIFEST_FILE} is not valid JSON ({e})") from e
+    for fname in (PARAMS_FILE, SPEC_FILE, METRICS_FILE):
+        fpath = os.path.join(path, fname)
+        if not os.path.exists(fpath):
+            raise CorruptEntry(f"zoo entry {path}: {fname} is missing")
+        if manifest.get(fname) != _sha256(fpath):
+            raise CorruptEntry(f"zoo entry {path}: {fname} fails its SHA-256 checksum")
+    with open(os.path.join(path, SPEC_FILE)) as f:
+        stored = json.load(f)
+    if stored.get("digest") != digest:
+        raise CorruptEntry(f"zoo entry {path}: spec digest {stored.get('digest')!r} != "
+                           f"{digest!r}")
+    model = model_from_flat(config, load_file(os.path.join(path, PARAMS_FILE)),
+                            where=f"zoo entry {path}")
+    with open(os.path.join(path, METRICS_FILE)) as f:
+        metrics = json.load(f)
+    return model, metrics

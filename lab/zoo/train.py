@@ -1,0 +1,83 @@
+"""Training a zoo model from its spec: data, the Trainer, held-out evaluation."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import datasets
+from absl import logging
+from flax import nnx
+
+from lab.data import ByteTokenizer, mixture
+from lab.data.batching import packed_sft_batches, sft_batches
+from lab.nn import Transformer
+from lab.train import TrainConfig, Trainer, sft_loss
+from lab.zoo.evaluate import evaluate
+from lab.zoo.spec import ZooSpec
+
+HELD_OUT_SEED_OFFSET = 7919  # held-out data come from another seed of the same mixture
+
+
+def _per_task(ds: datasets.Dataset, k: int, exclude: set[str] = frozenset()) -> datasets.Dataset:
+    """Up to ``k`` rows per task, skipping prompts in ``exclude``; keeps row order."""
+    taken: collections.Counter = collections.Counter()
+    keep = []
+    for i, (task, prompt) in enumerate(zip(ds["task"], ds["prompt"], strict=True)):
+        if taken[task] < k and prompt not in exclude:
+            taken[task] += 1
+            keep.append(i)
+    return ds.select(keep)
+
+
+def build_data(spec: ZooSpec) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
+    """Returns ``(train, train_eval, held_out)``.
+
+    ``held_out`` has ``n_eval`` rows per task from another seed, none of whose
+    prompts occurs in ``train`` (small tasks such as one-digit sums repeat).
+    """
+    d = spec.data
+    train = mixture(d["n_train"], d["seed"], d["tasks"])
+    n_tasks = len(d["tasks"])
+    pool = mixture(4 * d["n_eval"] * n_tasks, d["seed"] + HELD_OUT_SEED_OFFSET, d["tasks"])
+    held_out = _per_task(pool, d["n_eval"], exclude=set(train["prompt"]))
+    return train, _per_task(train, d["n_eval"]), held_out
+
+
+def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tuple[nnx.Module,
+                                                                                     dict]:
+    """Trains the spec's model with :class:`lab.train.Trainer`; returns ``(model, metrics)``.
+
+    ``metrics``: per-task ``train`` and ``held_out`` accuracies (see
+    :func:`lab.zoo.evaluate.evaluate`), wall and CPU seconds of data
+    generation, training and evaluation, the loss curve, the parameter count.
+    A ``workdir`` holds the trainer's checkpoints, so a killed run resumes.
+    """
+    tok = ByteTokenizer()
+    t0, c0 = time.time(), time.process_time()
+    train, train_eval, held_out = build_data(spec)
+    make = packed_sft_batches if spec.pack else sft_batches
+    batch_fn = make(train, tok, spec.batch_size, spec.seq_len, seed=spec.data["seed"])
+    t1, c1 = time.time(), time.process_time()
+    config = TrainConfig.from_dict({**spec.train, "progress": progress})
+    model = Transformer(spec.model, rngs=nnx.Rngs(config.seed))
+    logging.info("zoo: training %s (%d params, %d steps)", spec.key, spec.model.num_params(),
+                 config.steps)
+    trainer = Trainer(model, sft_loss, config, workdir=workdir)
+    model = trainer.fit(batch_fn)
+    t2, c2 = time.time(), time.process_time()
+    results = {"train": evaluate(model, train_eval, tok, spec.seq_len),
+               "held_out": evaluate(model, held_out, tok, spec.seq_len)}
+    t3, c3 = time.time(), time.process_time()
+    losses = [(r["step"], r["loss"]) for r in trainer.history if "loss" in r]
+    metrics = {
+        **results,
+        "params": spec.model.num_params(),
+        "steps": config.steps,
+        "examples": len(train),
+        "final_loss": losses[-1][1] if losses else None,
+        "loss_curve": losses,
+        "seconds": {"data": t1 - t0, "train": t2 - t1, "eval": t3 - t2},
+        "cpu_seconds": {"data": c1 - c0, "train": c2 - c1, "eval": c3 - c2},
+    }
+    return model, metrics

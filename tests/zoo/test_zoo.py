@@ -1,0 +1,117 @@
+"""Zoo: a tiny spec trains once and is cached; digests follow the spec; corrupt entries are
+detected and retrained or reported; concurrent loads wait for the one writer."""
+
+import math
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from lab import zoo
+from lab.data import ByteTokenizer
+from lab.zoo.store import entry_lock, flatten_params, write_entry
+
+TINY = zoo.get_spec("lm-test")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A private LAB_CACHE with lm-test trained once (about 10 CPU-seconds)."""
+    root = tmp_path_factory.mktemp("zoo-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAB_CACHE", str(root))
+        before = zoo.TRAININGS[TINY.key]
+        model, tok = zoo.load_spec(TINY, progress=False)
+        assert zoo.TRAININGS[TINY.key] == before + 1
+        yield root, model, tok
+
+
+def test_trains_then_loads_from_cache_without_training(cache):
+    root, model, tok = cache
+    path = zoo.entry_path(TINY)
+    assert path == os.path.join(str(root), "zoo", f"lm-test-{TINY.digest()}")
+    assert sorted(os.listdir(path)) == ["manifest.json", "metrics.json", "params.safetensors",
+                                        "spec.json"]
+    count = zoo.TRAININGS[TINY.key]
+    again, tok2 = zoo.load("lm-test")
+    assert zoo.TRAININGS[TINY.key] == count  # no second training
+    assert isinstance(tok2, ByteTokenizer)
+    a, b = flatten_params(model), flatten_params(again)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    x = np.asarray([tok.encode("3+4=?\n", add_bos=True)], np.int32)
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(again(x)))
+
+
+def test_metrics_are_recorded(cache):
+    m = zoo.metrics(TINY)
+    assert m["final_loss"] < 0.75 * math.log(ByteTokenizer.vocab_size)  # it learned something
+    assert m["loss_curve"][0][1] > m["final_loss"]
+    for split in ("train", "held_out"):
+        acc = m[split]["arithmetic"]
+        assert 0 <= acc["exact_match"] <= acc["answer_accuracy"] <= 1
+        assert 0 < acc["token_accuracy"] <= 1 and acc["n"] > 0
+    assert m["seconds"]["train"] > 0 and m["params"] == TINY.model.num_params()
+
+
+def test_digest_follows_what_changes_the_weights():
+    d = TINY.digest()
+    assert TINY.replace(train={**TINY.train, "learning_rate": 1e-2}).digest() != d
+    assert TINY.replace(batch_size=4).digest() != d
+    assert TINY.replace(model=TINY.model.replace(d_model=48, head_dim=24)).digest() != d
+    assert TINY.replace(data={**TINY.data, "seed": 1}).digest() != d
+    # progress bars, logging and names do not change the weights
+    assert TINY.replace(train={**TINY.train, "progress": False, "log_every": 1}).digest() == d
+    renamed = TINY.replace(name="other", description="x")
+    assert renamed.digest() == d and renamed.key != TINY.key
+    assert zoo.ZooSpec.from_dict(TINY.to_dict()) == TINY
+
+
+def test_corrupt_entry_is_reported_or_retrained(cache):
+    path = zoo.entry_path(TINY)
+    params = os.path.join(path, "params.safetensors")
+    with open(params, "r+b") as f:  # flip one byte of the weights
+        f.seek(-3, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-3, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(zoo.CorruptEntry, match="params.safetensors fails its SHA-256"):
+        zoo.load_spec(TINY, on_corrupt="raise")
+    count = zoo.TRAININGS[TINY.key]
+    model, _ = zoo.load_spec(TINY, progress=False)
+    assert zoo.TRAININGS[TINY.key] == count + 1  # retrained
+    siblings = os.listdir(os.path.dirname(path))
+    assert any(s.startswith(os.path.basename(path) + ".corrupt-") for s in siblings)
+    os.remove(os.path.join(path, "manifest.json"))  # an interrupted write looks like this
+    with pytest.raises(zoo.CorruptEntry, match="has no manifest.json"):
+        zoo.load_spec(TINY, on_corrupt="raise")
+
+
+def test_concurrent_load_waits_for_the_writer(cache):
+    _, model, _ = cache
+    spec = TINY.replace(name="lm-test-concurrent")
+    result = {}
+    with entry_lock(spec.key):  # "another process" is writing this entry
+        t = threading.Thread(target=lambda: result.update(out=zoo.load_spec(spec)))
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive()  # blocked on the lock, not training
+        write_entry(spec.key, model, {"spec": spec.to_dict(), "digest": spec.digest()}, {})
+    t.join(timeout=60)
+    assert not t.is_alive() and "out" in result
+    assert zoo.TRAININGS[spec.key] == 0  # it found the finished entry instead of retraining
+
+
+def test_bad_names_and_specs_are_errors():
+    with pytest.raises(ValueError, match="zoo model 'lm-nope' is unknown"):
+        zoo.load("lm-nope")
+    with pytest.raises(ValueError, match="unknown task 'sudoku'"):
+        TINY.replace(data={**TINY.data, "tasks": {"sudoku": {}}})
+    with pytest.raises(ValueError, match="seq_len=128 exceeds model.max_len=64"):
+        TINY.replace(seq_len=128)
+    with pytest.raises(ValueError, match="missing \\['seed'\\]"):
+        TINY.replace(data={k: v for k, v in TINY.data.items() if k != "seed"})
+    with pytest.raises(ValueError, match="on_corrupt='ignore'"):
+        zoo.load_spec(TINY, on_corrupt="ignore")
+    assert set(zoo.list()) >= {"lm-xs", "lm-s", "lm-m", "lm-test"}
