@@ -1,0 +1,90 @@
+"""Each Pallas kernel next to its XLA counterpart.
+
+  python benchmarks/kernels.py            # CPU: interpret-mode correctness only
+  python benchmarks/kernels.py --repeats 50   # GPU: median times and ratios
+
+On a CPU the kernels can only run in Pallas interpret mode, whose time says
+nothing about GPU speed, so the benchmark reports correctness (max relative
+error against the XLA reference) and says that no speed was measured. On a GPU
+it times the compiled kernel and the XLA op at realistic shapes (median of
+``--repeats`` runs after a warm-up) and prints the ratio XLA time / kernel time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+
+from kernels_pallas.taxonomy import workloads as wl
+
+# (name, workload at GPU size, workload at interpret size, kernel parameters)
+_MM = dict(block_m=128, block_n=128, block_k=64, num_stages=3, num_warps=8, split_k=1,
+           group_m=8, grid_order="mn", fuse_epilogue=True)
+CASES = [
+    ("matmul bf16", wl.Workload("matmul", (4096, 4096, 4096), "bfloat16"),
+     wl.Workload("matmul", (256, 256, 128), "bfloat16"), _MM),
+    ("matmul fp8 e4m3", wl.Workload("matmul", (4096, 4096, 4096), "float8_e4m3fn"),
+     wl.Workload("matmul", (256, 256, 128), "float8_e4m3fn"), _MM),
+    ("scaled matmul fp8 (row scales)", wl.Workload("scaled_matmul", (4096, 4096, 4096),
+                                                   "fp8_e4m3", "row"),
+     wl.Workload("scaled_matmul", (128, 128, 128), "fp8_e4m3", "row"), _MM),
+    ("scaled matmul mxfp4", wl.Workload("scaled_matmul", (4096, 4096, 4096), "mxfp4"),
+     wl.Workload("scaled_matmul", (128, 128, 128), "mxfp4"), _MM),
+    ("scaled matmul nvfp4", wl.Workload("scaled_matmul", (4096, 4096, 4096), "nvfp4"),
+     wl.Workload("scaled_matmul", (128, 128, 128), "nvfp4"), _MM),
+    ("flash attention bf16", wl.Workload("attention", (4, 16, 4096, 4096, 128), "bfloat16"),
+     wl.Workload("attention", (1, 2, 128, 128, 64), "bfloat16"), dict(block_q=64, block_k=64)),
+    ("rmsnorm + residual bf16", wl.Workload("rmsnorm", (16384, 4096), "bfloat16"),
+     wl.Workload("rmsnorm", (64, 256), "bfloat16"), dict(block_rows=16)),
+]
+
+
+def _median(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        ts.append(time.perf_counter() - t)
+    return sorted(ts)[len(ts) // 2]
+
+
+def run(repeats: int = 20) -> list[dict]:
+    """One row per kernel: correctness on CPU (interpret), time ratios on a GPU."""
+    on_gpu = jax.default_backend() in ("gpu", "cuda", "rocm")
+    rows = []
+    for name, big, small, params in CASES:
+        w = big if on_gpu else small
+        args = wl.make_inputs(w)
+        out = wl.run_kernel(w, params, args, interpret=not on_gpu)
+        err = wl.max_rel_error(out, wl.run_reference(w, args))
+        row = {"kernel": name, "shape": "x".join(map(str, w.shape)), "max_rel_err": err,
+               "ok": err <= wl.tolerance(w)}
+        if on_gpu:
+            t_k = _median(lambda w=w, a=args, p=params: wl.run_kernel(w, p, a, interpret=False),
+                          repeats)
+            t_x = _median(lambda w=w, a=args: wl.run_reference(w, a), repeats)
+            row.update(kernel_ms=t_k * 1e3, xla_ms=t_x * 1e3, xla_over_kernel=t_x / t_k)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    dev = jax.devices()[0]
+    rows = run(args.repeats)
+    print(f"device: {dev.platform}:{dev.device_kind}")
+    if dev.platform == "cpu":
+        print("CPU host: kernels ran in Pallas interpret mode; this reports correctness only "
+              "(no speed was measured; interpret-mode time says nothing about GPU speed).")
+    from lab.outputs import markdown_table
+
+    print(markdown_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Hawkeye: the taxonomy's correctness sweep and the strategy-stacking kernel search.
+
+Run:
+  python -m experiments.hawkeye --config=configs/hawkeye.py:default --workdir=/tmp/hawkeye
+
+Presets: ``test`` (seconds: two strategies, tiny shapes, budget 3), ``default``
+(a few minutes on a two-core CPU: every strategy on every architecture in
+interpret mode, every format, four searches with an analytic cost model),
+``paper`` (the same plus large budgets; on a GPU host the searches time the
+kernels and report speed next to XLA/cuBLAS).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from lab.config import check_preset
+
+STRATEGIES = ["tiling", "pipelining", "mma", "bulk_copy", "warp_specialization", "split_k",
+              "epilogue_fusion", "block_scaled_lowp", "online_softmax", "grid_swizzle"]
+TARGETS = ["ampere", "hopper", "blackwell", "mi350"]
+FORMATS = ["bf16", "fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"]
+
+
+def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
+    preset = check_preset(preset)
+    c = ml_collections.ConfigDict()
+    c.preset = preset
+    c.seed = 0
+
+    # Correctness sweep (interpret mode on any host).
+    c.sweep = ml_collections.ConfigDict()
+    c.sweep.strategies = list(STRATEGIES)
+    c.sweep.targets = list(TARGETS)
+    c.sweep.formats = list(FORMATS)
+    c.sweep.lowering = True
+    c.sweep.quant_rows = 8
+    c.sweep.quant_cols = 80          # not a multiple of 32: exercises the padding
+    c.sweep.matmul_shape = [32, 32, 64]
+
+    # Search: "op:MxNxK:dtype@target" entries; budget = candidates tried per search.
+    c.search = ml_collections.ConfigDict()
+    c.search.workloads = [
+        "matmul:4096x4096x4096:bfloat16@hopper",
+        "scaled_matmul:4096x4096x4096:mxfp4@blackwell",
+        "attention:4x16x4096x4096x128:bfloat16@hopper",
+        "rmsnorm:16384x4096:bfloat16@mi350",
+    ]
+    c.search.budget = 16
+    c.search.batch = 4
+    c.search.budget_sweep = [2, 4, 8, 16]   # on the first workload: best cost vs budget
+
+    # On a GPU host only: measured speed of the best kernels vs XLA/cuBLAS.
+    c.gpu = ml_collections.ConfigDict()
+    c.gpu.workloads = ["matmul:4096x4096x4096:bfloat16", "matmul:4096x4096x4096:float8_e4m3fn",
+                       "attention:4x16x4096x4096x128:bfloat16"]
+    c.gpu.budget = 16
+    c.gpu.repeats = 20
+
+    if preset == "test":
+        c.sweep.strategies = ["tiling", "split_k"]
+        c.sweep.targets = ["ampere", "hopper"]
+        c.sweep.formats = ["fp8_e4m3", "mxfp4"]
+        c.sweep.quant_cols = 40
+        c.search.workloads = ["matmul:256x256x256:float32@ampere"]
+        c.search.budget = 3
+        c.search.batch = 3
+        c.search.budget_sweep = [1, 3]
+        c.gpu.budget = 4
+        c.gpu.repeats = 5
+    elif preset == "paper":
+        c.search.budget = 64
+        c.search.budget_sweep = [4, 8, 16, 32, 64]
+        c.gpu.budget = 64
+    return c

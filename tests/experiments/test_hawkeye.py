@@ -1,0 +1,47 @@
+"""The Hawkeye launcher end to end at the test preset, and its config checks."""
+
+import json
+import os
+
+import pytest
+
+from configs.hawkeye import get_config
+from experiments import hawkeye as exp
+
+
+def test_run_at_test_preset_writes_honest_claims(tmp_path):
+    results = exp.run(get_config("test"), str(tmp_path))
+    for f in ("config.json", "results.json", "report.md", "hawkeye_budget.png"):
+        assert os.path.exists(tmp_path / f), f
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    claims = {c["claim"].split(" ")[0] + str(i): c for i, c in enumerate(on_disk["claims"])}
+    assert len(claims) == 6
+    interp = on_disk["claims"][0]
+    assert interp["holds"] and interp["measured"] == "4/4"       # 2 strategies x 2 targets
+    assert on_disk["claims"][2]["holds"]                          # bit-exact quantisers
+    assert all(r["interpret"] == "pass" for r in results["taxonomy"])
+    assert all(r["lowering"] == "pass" for r in results["taxonomy"])
+    search = results["searches"][0]
+    assert search["tried"] == 3 and search["passed"] >= 1 and search["cost"] == "analytic"
+    if exp.tx.detect() is None:   # no GPU: speed is not claimed
+        assert search["speedup_vs_xla"] == "not measured"
+        gpu_claim = on_disk["claims"][5]
+        assert gpu_claim["holds"] is False and "not tested" in gpu_claim["measured"]
+        assert all(g["status"].startswith("not run") for g in results["gpu"])
+    assert "## Correctness sweep" in (tmp_path / "report.md").read_text()
+
+
+def test_bad_config_fails_before_work(tmp_path):
+    c = get_config("test")
+    c.sweep.formats = ["fp6"]
+    with pytest.raises(ValueError, match="sweep.formats"):
+        exp.run(c, str(tmp_path))
+    c = get_config("test")
+    c.search.workloads = ["matmul:64x64:bfloat16@hopper"]
+    with pytest.raises(ValueError, match="shape=\\(64, 64\\)"):
+        exp.run(c, str(tmp_path))
+    c = get_config("test")
+    c.search.workloads = ["matmul:64x64x64:bfloat16@volta"]
+    with pytest.raises(ValueError, match="target='volta'"):
+        exp.run(c, str(tmp_path))
+    assert not os.path.exists(tmp_path / "results.json")
