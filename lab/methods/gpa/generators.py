@@ -1,0 +1,195 @@
+"""GPA's frozen generators: an autoregressive DNA LM and a masked discrete-diffusion model.
+
+Both are :class:`lab.nn.Transformer` models over the alphabet ACGT (ids 0-3)
+plus one special id 4: BOS for the autoregressive model, MASK for the
+diffusion model, which is the same Transformer with ``causal=False``.
+
+* Autoregressive: trained by next-token cross-entropy on ``[BOS] + x``; the
+  exact log-likelihood is a sum of conditionals. :func:`ar_resample_suffix`
+  keeps each particle's prefix ``x[:k]`` (``k`` per particle) and resamples the
+  suffix from the model, returning the new sequence's exact log-likelihood: a
+  proposal whose MH ratio against ``p(x) exp(beta r(x))`` reduces to the reward
+  term, because it is the prior's own conditional.
+* Masked diffusion (absorbing state, MDLM: Sahoo et al., 2024, linear schedule
+  ``alpha_t = 1 - t``): trained on the negative ELBO
+  ``E_t [ (1/t) sum_{i masked} -log p(x_i | z_t) ]``, which bounds ``-log p(x)``
+  from above (:func:`diffusion_nelbo`); sampled by the ancestral sampler;
+  :func:`diffusion_remask` is the re-mask-and-denoise move: mask ``m``
+  positions, fill them from the denoiser's marginals in one pass.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lab.nn import KVCache, Transformer, TransformerConfig
+from lab.train import Trainer, TrainConfig, sft_loss
+
+SPECIAL = 4  # BOS (autoregressive) or MASK (diffusion)
+VOCAB = 5
+
+
+def generator_config(kind: str, seq_len: int, *, d_model: int = 64, n_layers: int = 2,
+                     n_heads: int = 4) -> TransformerConfig:
+    if kind not in ("ar", "diffusion"):
+        raise ValueError(f"generator kind={kind!r}; expected 'ar' or 'diffusion'")
+    return TransformerConfig(vocab_size=VOCAB, d_model=d_model, n_layers=n_layers,
+                             n_heads=n_heads, n_kv_heads=max(1, n_heads // 2),
+                             head_dim=d_model // n_heads, d_ff=4 * d_model,
+                             max_len=seq_len + 1, causal=(kind == "ar"), qk_norm=True)
+
+
+def _batches(data: np.ndarray, batch_size: int, seed: int):
+    n = data.shape[0]
+
+    def batch_fn(step: int):
+        epoch, i = divmod(step * batch_size, n)
+        order = np.random.default_rng(seed + epoch).permutation(n)
+        idx = np.take(order, np.arange(i, i + batch_size), mode="wrap")
+        return data[idx]
+
+    return batch_fn
+
+
+# --- autoregressive ------------------------------------------------------------------------
+
+
+def ar_batch(seqs):
+    seqs = jnp.asarray(seqs, jnp.int32)
+    inputs = jnp.concatenate([jnp.full((seqs.shape[0], 1), SPECIAL, jnp.int32), seqs[:, :-1]], 1)
+    return {"inputs": inputs, "targets": seqs, "mask": jnp.ones(seqs.shape, jnp.float32)}
+
+
+def train_ar(seqs: np.ndarray, train: TrainConfig, *, batch_size: int = 64, **model_kw):
+    """Trains the autoregressive DNA LM on ``seqs [n, L]``; returns the model."""
+    model = Transformer(generator_config("ar", seqs.shape[1], **model_kw),
+                        rngs=nnx.Rngs(train.seed))
+    data = _batches(np.asarray(seqs), batch_size, train.seed)
+    Trainer(model, sft_loss, train).fit(lambda s: ar_batch(data(s)))
+    return model
+
+
+def ar_loglik(model: Transformer, seqs) -> jax.Array:
+    """Exact ``log p(x)`` per sequence ``[n]`` (nats)."""
+    b = ar_batch(seqs)
+    logits = model(b["inputs"])[..., :4]
+    logp = jax.nn.log_softmax(logits)
+    return jnp.take_along_axis(logp, b["targets"][..., None], -1)[..., 0].sum(-1)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _ar_resample(graphdef, state, key, seqs, cut):
+    model = nnx.merge(graphdef, state)
+    n, length = seqs.shape
+    cache = KVCache.init(model.config, n, length + 1)
+    tok = jnp.full((n, 1), SPECIAL, jnp.int32)
+
+    def step(carry, j):
+        tok, cache, out, logp = carry
+        logits, cache = model(tok, cache=cache)
+        lp = jax.nn.log_softmax(logits[:, -1, :4])
+        sampled = jax.random.categorical(jax.random.fold_in(key, j), lp)
+        x_j = jnp.where(j < cut, seqs[:, j], sampled)
+        logp = logp + jnp.take_along_axis(lp, x_j[:, None], -1)[:, 0]
+        out = out.at[:, j].set(x_j)
+        return (x_j[:, None], cache, out, logp), None
+
+    init = (tok, cache, seqs, jnp.zeros((n,), jnp.float32))
+    (_, _, out, logp), _ = jax.lax.scan(step, init, jnp.arange(length))
+    return out, logp
+
+
+def ar_resample_suffix(model: Transformer, key, seqs, cut) -> tuple[jax.Array, jax.Array]:
+    """Keeps ``seqs[i, :cut[i]]`` and samples the rest from the LM (``cut = 0``: a fresh sample).
+
+    Returns ``(new_seqs [n, L], log p(new_seqs) [n])``; decoding runs on the KV cache.
+    """
+    graphdef, state = nnx.split(model)
+    seqs = jnp.asarray(seqs, jnp.int32)
+    cut = jnp.broadcast_to(jnp.asarray(cut, jnp.int32), (seqs.shape[0],))
+    return _ar_resample(graphdef, state, key, seqs, cut)
+
+
+def ar_sample(model: Transformer, key, n: int, length: int):
+    """``n`` fresh sequences and their log-likelihoods."""
+    return ar_resample_suffix(model, key, jnp.zeros((n, length), jnp.int32), 0)
+
+
+# --- masked diffusion ------------------------------------------------------------------------
+
+
+def _denoise_logp(model: Transformer, z: jax.Array) -> jax.Array:
+    """``log p(x_i | z)`` over ACGT for every position ``[n, L, 4]`` (MASK never predicted)."""
+    return jax.nn.log_softmax(model(z)[..., :4])
+
+
+def diffusion_loss(model: Transformer, batch, rng):
+    """MDLM negative ELBO per base (linear schedule), a Monte-Carlo estimate over t and masks."""
+    x = batch["x"]
+    kt, km = jax.random.split(rng)
+    t = jax.random.uniform(kt, (x.shape[0], 1), minval=1e-3, maxval=1.0)
+    masked = jax.random.uniform(km, x.shape) < t
+    z = jnp.where(masked, SPECIAL, x)
+    nll = -jnp.take_along_axis(_denoise_logp(model, z), x[..., None], -1)[..., 0]
+    loss = jnp.mean(jnp.sum(masked * nll, -1) / t[:, 0]) / x.shape[1]
+    return loss, {"loss": loss}
+
+
+def train_diffusion(seqs: np.ndarray, train: TrainConfig, *, batch_size: int = 64, **model_kw):
+    """Trains the masked-diffusion denoiser on ``seqs [n, L]``; returns the model."""
+    model = Transformer(generator_config("diffusion", seqs.shape[1], **model_kw),
+                        rngs=nnx.Rngs(train.seed))
+    data = _batches(np.asarray(seqs), batch_size, train.seed)
+    Trainer(model, diffusion_loss, train).fit(lambda s: {"x": jnp.asarray(data(s), jnp.int32)})
+    return model
+
+
+def diffusion_nelbo(model: Transformer, key, seqs, n_samples: int = 8) -> jax.Array:
+    """Upper bound on ``-log p(x)`` per sequence ``[n]`` (nats), ``n_samples`` draws of t."""
+    seqs = jnp.asarray(seqs, jnp.int32)
+
+    def one(k):
+        kt, km = jax.random.split(k)
+        t = jax.random.uniform(kt, (seqs.shape[0], 1), minval=1e-3, maxval=1.0)
+        masked = jax.random.uniform(km, seqs.shape) < t
+        z = jnp.where(masked, SPECIAL, seqs)
+        nll = -jnp.take_along_axis(_denoise_logp(model, z), seqs[..., None], -1)[..., 0]
+        return jnp.sum(masked * nll, -1) / t[:, 0]
+
+    return jnp.mean(jnp.stack([one(k) for k in jax.random.split(key, n_samples)]), 0)
+
+
+def diffusion_sample(model: Transformer, key, n: int, length: int, steps: int = 16):
+    """Ancestral MDLM sampler: from all-MASK, unmask each position between t and s w.p. (t-s)/t."""
+    z = jnp.full((n, length), SPECIAL, jnp.int32)
+    ts = jnp.linspace(1.0, 0.0, steps + 1)
+    for i in range(steps):
+        key, ku, ks = jax.random.split(key, 3)
+        t, s = ts[i], ts[i + 1]
+        x = jax.random.categorical(ks, _denoise_logp(model, z))
+        reveal = (z == SPECIAL) & (jax.random.uniform(ku, z.shape) < (t - s) / t)
+        z = jnp.where(reveal, x, z)
+    return z
+
+
+def diffusion_remask(model: Transformer, key, seqs, n_mask: int):
+    """Re-mask ``n_mask`` random positions per sequence and refill them from the denoiser.
+
+    Returns ``(new_seqs, log q(new | old), log q(old | new))``; both use the same
+    masked context, so the reverse move is well defined.
+    """
+    seqs = jnp.asarray(seqs, jnp.int32)
+    km, ks = jax.random.split(key)
+    scores = jax.random.uniform(km, seqs.shape)
+    kth = jnp.sort(scores, -1)[:, n_mask - 1:n_mask]
+    masked = scores <= kth
+    logp = _denoise_logp(model, jnp.where(masked, SPECIAL, seqs))
+    new = jnp.where(masked, jax.random.categorical(ks, logp), seqs)
+    fwd = jnp.sum(masked * jnp.take_along_axis(logp, new[..., None], -1)[..., 0], -1)
+    rev = jnp.sum(masked * jnp.take_along_axis(logp, seqs[..., None], -1)[..., 0], -1)
+    return new, fwd, rev
