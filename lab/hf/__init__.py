@@ -2,15 +2,16 @@
 
 ``load_pretrained(dir)`` -> :class:`lab.nn.Transformer`; ``save_pretrained(model,
 dir)`` writes a directory ``transformers.AutoModelForCausalLM.from_pretrained``
-loads with the same logits; ``load_tokenizer(dir)`` wraps ``tokenizer.json``.
+loads with the same logits; ``load_tokenizer(dir)`` returns ``tokenizer.json`` as
+``lab.data.tokenizer.HFTokenizer`` with the checkpoint's special tokens.
 No torch is needed for any of them.
 """
 
 from lab.hf.checkpoint import load_pretrained, save_pretrained, tensor_map
 from lab.hf.config import SUPPORTED_MODEL_TYPES, config_from_hf, config_to_hf
-from lab.hf.tokenizer import HFTokenizer, load_tokenizer
+from lab.hf.tokenizer import load_tokenizer
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES", "HFTokenizer", "config_from_hf", "config_to_hf", "load_pretrained",
+    "SUPPORTED_MODEL_TYPES", "config_from_hf", "config_to_hf", "load_pretrained",
     "load_tokenizer", "save_pretrained", "tensor_map",
 ]

@@ -1,25 +1,24 @@
-"""Hugging Face ``tokenizer.json`` behind the contract of ``lab.data.ByteTokenizer``.
+"""A checkpoint directory's ``tokenizer.json`` as :class:`lab.data.tokenizer.HFTokenizer`.
 
-:class:`HFTokenizer` offers ``encode(str) -> list[int]``, ``decode(ids) -> str``,
-``vocab_size`` and the special ids ``pad_id``, ``bos_id``, ``eos_id``, ``sep_id``
-(None where the tokenizer has no such token), so code written against
-Lab's byte tokenizer runs unchanged on a real checkpoint's tokenizer. The raw
-``tokenizers.Tokenizer`` is ``.tokenizer``. Only the ``tokenizers`` package is
-used (no ``transformers``).
-
-Special tokens are looked up, in order, in ``tokenizer_config.json`` (the
-token strings ``transformers`` writes), ``generation_config.json`` and
-``config.json`` (their ``*_token_id`` fields).
+``lab.data`` owns the tokenizer contract Lab's code relies on (``encode(text,
+add_bos=False, add_eos=False) -> list[int]``, ``decode(ids) -> str``,
+``batch_encode``, ``vocab_size``, ``pad_id``/``bos_id``/``eos_id``/``sep_id``, the
+raw ``tokenizers.Tokenizer`` as ``.tokenizer``); this module adds what a
+Hugging Face checkpoint says about its special tokens. They are taken, in
+order, from ``tokenizer_config.json`` (the token strings ``transformers``
+writes), ``generation_config.json`` and ``config.json`` (their ``*_token_id``
+fields); a role none of them names falls back to ``HFTokenizer``'s lookup of
+the usual spellings. Only the ``tokenizers`` package is used.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from collections.abc import Sequence
 
 from tokenizers import Tokenizer
+
+from lab.data.tokenizer import HFTokenizer
 
 
 def _read_json(path: str) -> dict:
@@ -35,43 +34,42 @@ def _token_str(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-@dataclasses.dataclass
-class HFTokenizer:
-    """A ``tokenizers.Tokenizer`` with Lab's tokenizer interface.
+def special_tokens(directory: str, tok: Tokenizer) -> dict[str, str]:
+    """Role (``bos``/``eos``/``pad``) -> token string, as the checkpoint's JSON files name them.
 
-    Attributes:
-      tokenizer: the raw ``tokenizers.Tokenizer``.
-      pad_id, bos_id, eos_id, sep_id: special token ids or None.
+    Raises ValueError for an id outside the vocabulary.
     """
-
-    tokenizer: Tokenizer
-    pad_id: int | None = None
-    bos_id: int | None = None
-    eos_id: int | None = None
-    sep_id: int | None = None
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, added tokens included (a model's embedding may be padded beyond it)."""
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``; no BOS/EOS unless ``add_special_tokens`` (as ByteTokenizer)."""
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
-        """The text of ``ids`` (special tokens kept unless ``skip_special_tokens``)."""
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self.tokenizer.token_to_id(token)
+    tok_config = _read_json(os.path.join(directory, "tokenizer_config.json"))
+    gen_config = _read_json(os.path.join(directory, "generation_config.json"))
+    model_config = _read_json(os.path.join(directory, "config.json"))
+    out = {}
+    for role in ("bos", "eos", "pad"):
+        token = _token_str(tok_config.get(f"{role}_token"))
+        if token is not None:
+            out[role] = token
+            continue
+        for name, source in (("generation_config.json", gen_config),
+                             ("config.json", model_config)):
+            value = source.get(f"{role}_token_id")
+            if isinstance(value, list):  # several stop ids: the first is the canonical one
+                value = value[0] if value else None
+            if value is None:
+                continue
+            token = tok.id_to_token(int(value))
+            if token is None:
+                raise ValueError(f"{name} {role}_token_id={value} is outside the tokenizer's "
+                                 f"vocabulary of {tok.get_vocab_size(with_added_tokens=True)}")
+            out[role] = token
+            break
+    return out
 
 
 def load_tokenizer(path: str | os.PathLike) -> HFTokenizer:
-    """Returns the :class:`HFTokenizer` of a checkpoint directory (or a ``tokenizer.json`` path).
+    """Returns the :class:`lab.data.tokenizer.HFTokenizer` of a checkpoint directory.
 
-    Raises FileNotFoundError when there is no ``tokenizer.json``, and ValueError
-    when a special token named in ``tokenizer_config.json`` is not in the vocabulary.
+    ``path`` is the directory (or its ``tokenizer.json``). Raises
+    FileNotFoundError when there is no ``tokenizer.json`` and ValueError when a
+    special token the JSON files name is not in the vocabulary.
     """
     path = os.fspath(path)
     file = path if path.endswith(".json") else os.path.join(path, "tokenizer.json")
@@ -79,25 +77,8 @@ def load_tokenizer(path: str | os.PathLike) -> HFTokenizer:
         raise FileNotFoundError(f"no tokenizer.json at {file!r}; lab.hf.load_tokenizer reads "
                                 "the Hugging Face tokenizers format")
     tok = Tokenizer.from_file(file)
-    directory = os.path.dirname(file)
-    tok_config = _read_json(os.path.join(directory, "tokenizer_config.json"))
-    gen_config = _read_json(os.path.join(directory, "generation_config.json"))
-    model_config = _read_json(os.path.join(directory, "config.json"))
-    ids = {}
-    for kind in ("pad", "bos", "eos", "sep"):
-        token = _token_str(tok_config.get(f"{kind}_token"))
-        if token is not None:
-            ids[kind] = tok.token_to_id(token)
-            if ids[kind] is None:
-                raise ValueError(f"tokenizer_config.json {kind}_token={token!r} is not in the "
-                                 f"vocabulary of {file}")
-            continue
-        for source in (gen_config, model_config):
-            value = source.get(f"{kind}_token_id")
-            if isinstance(value, list):  # several stop ids: the first is the canonical one
-                value = value[0] if value else None
-            if value is not None:
-                ids[kind] = int(value)
-                break
-    return HFTokenizer(tok, pad_id=ids.get("pad"), bos_id=ids.get("bos"), eos_id=ids.get("eos"),
-                       sep_id=ids.get("sep"))
+    specials = special_tokens(os.path.dirname(file), tok)
+    try:
+        return HFTokenizer(tok, **specials)
+    except ValueError as e:
+        raise ValueError(f"{os.path.dirname(file) or '.'}/tokenizer_config.json: {e}") from e
