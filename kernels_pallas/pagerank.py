@@ -53,8 +53,8 @@ def _stats(P, v):
     return P.min(), worst, sums.reshape(-1)[worst], v.min(), vs.min(), vs.max()
 
 
-def _prepare(P, v, alpha, iters, tol, normalize):
-    """Validates the inputs; returns float32 ``P [N, n, n]``, ``v [N, n]`` and the batch shape."""
+def _check(P, v, alpha, iters, tol, normalize):
+    """Validates the inputs; returns them as arrays and the broadcast batch shape."""
     P, v = jnp.asarray(P), jnp.asarray(v)
     if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
         raise ValueError(f"P has shape {P.shape}; expected [..., n, n]")
@@ -85,16 +85,24 @@ def _prepare(P, v, alpha, iters, tol, normalize):
             row = tuple(int(i) for i in np.unravel_index(int(worst), P.shape[:-1]))
             raise ValueError(f"P is not row-stochastic: row {row} sums to {worst_sum:.6g}; "
                              f"expected 1 +- {STOCHASTIC_ATOL} (or pass normalize=True)")
+    return P, v, tuple(batch)
+
+
+def _canonical(P, v, batch, normalize):
+    """float32 ``P [N, n, n]`` and ``v [N, n]`` over the flattened batch (inside jit)."""
+    n = P.shape[-1]
     P = jnp.broadcast_to(P.astype(jnp.float32), (*batch, n, n)).reshape(-1, n, n)
     v = jnp.broadcast_to(v.astype(jnp.float32), (*batch, n)).reshape(-1, n)
     if normalize:  # networkx: rows divided by their sums, dangling rows jump to v
         sums = P.sum(-1, keepdims=True)
         P = jnp.where(sums > 0, P / jnp.where(sums > 0, sums, 1.0), v[:, None, :])
-    return P, v, tuple(batch)
+    return P, v
 
 
-@functools.partial(jax.jit, static_argnames=("alpha", "iters", "tol"))
-def _power_iteration(P, v, alpha, iters, tol):
+@functools.partial(jax.jit, static_argnames=("alpha", "iters", "tol", "normalize", "batch"))
+def _power_iteration(P, v, alpha, iters, tol, normalize, batch):
+    P, v = _canonical(P, v, batch, normalize)
+
     def step(pi, p, u):
         return (1 - alpha) * u + alpha * jnp.einsum("i,ij->j", pi, p,
                                                     precision=lax.Precision.HIGHEST)
@@ -111,7 +119,7 @@ def _power_iteration(P, v, alpha, iters, tol):
         cond = lambda c: (c[0] < iters) & (c[2] >= tol)
         return lax.while_loop(cond, body, (0, u, jnp.array(jnp.inf, jnp.float32)))[1]
 
-    return jax.vmap(one)(P, v)
+    return jax.vmap(one)(P, v).reshape(*batch, -1)
 
 
 def pagerank_reference(P, v, *, alpha: float = 0.85, iters: int = 50, tol: float | None = None,
@@ -132,9 +140,9 @@ def pagerank_reference(P, v, *, alpha: float = 0.85, iters: int = 50, tol: float
     Returns:
       ``pi [..., n]`` float32, the fixed point of ``pi = (1 - alpha) v + alpha pi P``.
     """
-    P, v, batch = _prepare(P, v, alpha, iters, tol, normalize)
-    pi = _power_iteration(P, v, float(alpha), iters, None if tol is None else float(tol))
-    return pi.reshape(*batch, -1)
+    P, v, batch = _check(P, v, alpha, iters, tol, normalize)
+    return _power_iteration(P, v, float(alpha), iters, None if tol is None else float(tol),
+                            normalize, batch)
 
 
 def _barrier(compiled_gpu: bool):
@@ -193,14 +201,15 @@ def pagerank_kernel(P, v, *, alpha: float = 0.85, iters: int = 50, tol: float | 
     """
     if not isinstance(block, int) or block < 1 or block & (block - 1):
         raise ValueError(f"block={block!r}; expected a positive power of two")
-    P, v, batch = _prepare(P, v, alpha, iters, tol, normalize)
-    pi = _pagerank_call(P, v, float(alpha), iters, None if tol is None else float(tol), block,
-                        interpret)
-    return pi.reshape(*batch, -1)
+    P, v, batch = _check(P, v, alpha, iters, tol, normalize)
+    return _pagerank_call(P, v, float(alpha), iters, None if tol is None else float(tol),
+                          normalize, batch, block, interpret)
 
 
-@functools.partial(jax.jit, static_argnames=("alpha", "iters", "tol", "block", "interpret"))
-def _pagerank_call(P, v, alpha, iters, tol, block, interpret):
+@functools.partial(jax.jit, static_argnames=("alpha", "iters", "tol", "normalize", "batch",
+                                             "block", "interpret"))
+def _pagerank_call(P, v, alpha, iters, tol, normalize, batch, block, interpret):
+    P, v = _canonical(P, v, batch, normalize)
     nb, n, _ = P.shape
     block = min(block, max(16, 1 << (n - 1).bit_length()))
     n_p = pl.cdiv(n, block) * block
@@ -222,7 +231,7 @@ def _pagerank_call(P, v, alpha, iters, tol, block, interpret):
         out_shape=[jax.ShapeDtypeStruct((nb, n_p), jnp.float32)] * 2,
         compiler_params=params, interpret=interpret, name="lab_pagerank",
     )(P, v)
-    return pi[:, :n]
+    return pi[:, :n].reshape(*batch, n)
 
 
 def personalized_pagerank(P, v, *, alpha: float = 0.85, iters: int = 50,
