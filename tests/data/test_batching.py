@@ -56,3 +56,34 @@ def test_mixture_counts_schema_and_determinism():
         mixture(10, 0, {"nope": {}})
     with pytest.raises(ValueError, match="bad arguments for task 'needle'"):
         mixture(10, 0, {"needle": {"hops": 3}})
+
+
+def test_packed_rows_see_each_example_alone():
+    from flax import nnx
+
+    from lab.data.batching import packed_sft_batches
+    from lab.nn import Transformer, TransformerConfig
+
+    tok = ByteTokenizer()
+    ds = arithmetic(40, seed=0, steps=(1, 3))
+    fn = packed_sft_batches(ds, tok, batch_size=2, seq_len=96, seed=0)
+    b = fn(0)
+    assert b["attention_mask"].shape == (2, 1, 96, 96)
+    assert (b["inputs"] != tok.pad_id).mean() > 0.8  # rows are mostly full
+    completions = set(ds["completion"])
+    row = 0
+    starts = np.flatnonzero(b["positions"][row] == 0)
+    segs = [s for s in starts if b["inputs"][row, s] == tok.bos_id]
+    assert len(segs) >= 2  # several examples share the row
+    cfg = TransformerConfig(vocab_size=264, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                            head_dim=16, d_ff=64, max_len=96)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    packed = np.asarray(model(b["inputs"], mask=b["attention_mask"], positions=b["positions"]))
+    for s, e in zip(segs, segs[1:] + [None], strict=True):
+        n = int(b["mask"][row, s:e].astype(bool).nonzero()[0].max()) + 1
+        m = b["mask"][row, s:s + n].astype(bool)
+        assert tok.decode(b["targets"][row, s:s + n][m]) in completions
+        alone = np.asarray(model(b["inputs"][row:row + 1, s:s + n]))[0]
+        np.testing.assert_allclose(packed[row, s:s + n], alone, atol=1e-5)
+    np.testing.assert_array_equal(fn(3)["inputs"], packed_sft_batches(
+        ds, tok, batch_size=2, seq_len=96, seed=0)(3)["inputs"])
