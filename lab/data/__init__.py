@@ -3,7 +3,13 @@
 ``lab.data`` imports no other Lab module (DESIGN.md, "Layers").
 """
 
-from lab.data.batching import encode_example, encode_sft, sft_batches, step_indices
+from lab.data.batching import (
+    encode_example,
+    encode_sft,
+    packed_sft_batches,
+    sft_batches,
+    step_indices,
+)
 from lab.data.math500 import answers_match, last_boxed, load_math500_jsonl, normalize_answer
 from lab.data.synthetic import (
     ANSWER_PREFIX,
@@ -24,5 +30,6 @@ __all__ = [
     "ANSWER_PREFIX", "GENERATORS", "ByteTokenizer", "HFTokenizer", "answers_match", "arithmetic",
     "encode_example", "encode_sft", "extract_answer", "generate", "icl_classification",
     "kv_retrieval", "last_boxed", "load_math500_jsonl", "mixture", "needle", "normalize_answer",
+    "packed_sft_batches",
     "render_kv_prompt", "sft_batches", "step_indices", "tokenizer_from_dict", "variable_tracking",
 ]
