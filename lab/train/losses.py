@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -114,8 +116,10 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
       clip_eps: the ratio clip; kl_coef: the KL weight; kl_estimator: ``"k1"`` or ``"k3"``.
 
     Returns:
-      ``(loss, {"loss", "pg_loss", "kl", "clip_frac", "ratio", "tokens"})``; the
-      metrics are masked token means.
+      ``(loss, {"loss", "pg_loss", "kl", "clip_frac", "ratio", "tokens",
+      "loss_weight"})``; the metrics are masked token means, ``loss_weight`` is
+      what the loss averages over (non-empty sequences, or tokens), which the
+      Trainer uses to weight micro-batches under gradient accumulation.
     """
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator={kl_estimator!r}; expected one of {KL_ESTIMATORS}")
@@ -153,12 +157,47 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
         per_seq = jnp.sum(per_token * mask, axis=1) / jnp.maximum(lengths, 1.0)
         n_seq = jnp.sum(lengths > 0)
         loss = jnp.sum(per_seq) / jnp.maximum(n_seq, 1.0)
+        weight = n_seq.astype(jnp.float32)
     else:
         loss = token_mean(per_token)
+        weight = tokens
     is_clipped = (jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)
     return loss, {"loss": loss, "pg_loss": token_mean(-surrogate), "kl": token_mean(kl),
                   "clip_frac": token_mean(is_clipped), "ratio": token_mean(ratio),
-                  "tokens": tokens}
+                  "tokens": tokens, "loss_weight": weight}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyGradientLoss:
+    """A Trainer ``loss_fn`` for :func:`policy_gradient_loss` on a rollout batch.
+
+    ``PolicyGradientLoss(clip_eps=0.2, kl_coef=0.04)(model, batch)`` with batch
+    ``"inputs" [B, T]``, ``"targets" [B, T]`` (the sampled tokens), ``"mask"
+    [B, T]`` (1 on completion tokens), ``"advantages" [B]`` or ``[B, T]``, and
+    optional ``"old_logp"``, ``"ref_logp"`` ``[B, T]`` and ``"attention_mask"``.
+    Being a frozen dataclass it hashes by value, so trainers built with equal
+    losses share one compiled step.
+
+    Returns ``policy_gradient_loss``'s ``(loss, metrics)``.
+    """
+
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    aggregation: str = "sequence"
+
+    def __call__(self, model, batch: dict) -> tuple[jax.Array, dict]:
+        for key in ("inputs", "targets", "mask", "advantages"):
+            if key not in batch:
+                raise ValueError(f"PolicyGradientLoss: batch has no {key!r}; keys are "
+                                 f"{sorted(batch)}")
+        logp = token_logprobs(model, batch["inputs"], batch["targets"],
+                              attention_mask=batch.get("attention_mask"),
+                              positions=batch.get("positions"))
+        return policy_gradient_loss(
+            logp, batch.get("old_logp"), batch.get("ref_logp"), batch["advantages"],
+            batch["mask"], clip_eps=self.clip_eps, kl_coef=self.kl_coef,
+            kl_estimator=self.kl_estimator, aggregation=self.aggregation)
 
 
 def group_advantages(rewards: jax.Array, group_ids: jax.Array, *, eps: float = 1e-6) -> jax.Array:

@@ -48,7 +48,7 @@ def _loss_and_state(graphdef, loss_fn, pass_rng):
         loss, metrics = out
         if jnp.shape(loss) != ():
             raise ValueError(f"loss_fn must return a scalar loss; got shape {jnp.shape(loss)}")
-        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in {"loss": loss, **metrics}.items()}
         _, _, new_rest = nnx.split(model, nnx.Param, ...)
         return loss, (metrics, new_rest)
 

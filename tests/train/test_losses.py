@@ -130,3 +130,23 @@ def test_group_advantages_normalise_per_group():
         r = rewards[ids == g]
         np.testing.assert_allclose(a, (r - r.mean()) / r.std(), atol=1e-5)
     assert np.all(adv[ids == 5] == 0.0)
+
+
+@pytest.mark.parametrize("agg", ["sequence", "token"])
+def test_loss_weight_makes_micro_batch_averages_exact(agg):
+    """Weighting micro-batch losses by loss_weight reproduces the full-batch loss."""
+    rng = np.random.default_rng(3)
+    b, t = 6, 5
+    logp = rng.normal(-1, 0.3, (b, t)).astype(np.float32)
+    old = (logp + rng.normal(0, 0.2, (b, t))).astype(np.float32)
+    ref = (logp + rng.normal(0, 0.2, (b, t))).astype(np.float32)
+    adv = rng.normal(size=b).astype(np.float32)
+    mask = np.ones((b, t), np.float32)
+    mask[:3, 2:] = 0  # unequal token counts per half
+    kw = dict(clip_eps=0.2, kl_coef=0.05, kl_estimator="k3", aggregation=agg)
+    full, _ = policy_gradient_loss(logp, old, ref, adv, mask, **kw)
+    parts = [policy_gradient_loss(logp[s], old[s], ref[s], adv[s], mask[s], **kw)
+             for s in (slice(0, 3), slice(3, 6))]
+    w = np.array([float(m["loss_weight"]) for _, m in parts])
+    combined = sum(wi * float(loss) for wi, (loss, _) in zip(w, parts, strict=True)) / w.sum()
+    assert abs(combined - float(full)) < 1e-6

@@ -180,3 +180,18 @@ def test_bad_config_names_the_field(field, value):
 def test_unknown_config_key_is_named():
     with pytest.raises(ValueError, match="'lr'"):
         TrainConfig.from_dict({"lr": 1e-3})
+
+
+def test_policy_gradient_training_moves_logprobs_with_the_advantage():
+    """A few GRPO updates (grad_accum=2) raise the log-prob of the rewarded completions."""
+    from lab.train import PolicyGradientLoss, token_logprobs
+
+    batch = train_job.batch_fn(0)
+    batch = dict(batch, advantages=np.array([1.0, -1.0, 1.0, -1.0], np.float32))
+    model = train_job.build()
+    before = np.asarray(token_logprobs(model, batch["inputs"], batch["targets"]))
+    cfg = train_job.TRAIN.replace(steps=4, warmup_steps=0, grad_accum=2, schedule="constant")
+    model = Trainer(model, PolicyGradientLoss(clip_eps=0.2), cfg).fit(lambda step: batch)
+    after = np.asarray(token_logprobs(model, batch["inputs"], batch["targets"]))
+    change = ((after - before) * batch["mask"]).sum(1) / batch["mask"].sum(1)
+    assert np.all(change[[0, 2]] > 0) and np.all(change[[1, 3]] < 0), change

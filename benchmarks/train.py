@@ -1,0 +1,203 @@
+"""Training throughput: ``lab.train.Trainer`` against a plain ``transformers`` + torch loop.
+
+Both sides train the same Qwen3 (hidden 256, 4 layers, 8 heads, 2 KV heads,
+head_dim 32, vocab 256, d_ff 768, tied embeddings, q/k norm; ~3.08M params) in
+float32 on batch 8 x seq 256, with the same recipe: AdamW (lr 1e-3, betas 0.9 /
+0.999, eps 1e-8, weight decay 0.1 on matrices only), warm-up + cosine schedule,
+global-norm clip 1.0, mean token cross-entropy. The torch model is the Lab model
+written with ``lab.hf.save_pretrained`` and loaded by
+``Qwen3ForCausalLM.from_pretrained`` (SDPA attention), so both start from the
+same weights; the benchmark checks that their first losses agree and that their
+losses still agree after the timed steps (same function, same optimizer).
+
+Timing, on this CPU in one process, torch on ``--threads`` threads (XLA uses the
+machine's cores, here 2):
+
+* Lab: ``Trainer(model, sft_loss, config).fit(batch_fn)`` end to end (workdir
+  None), after one identical warm-up fit that compiles the step, so each timed
+  fit is ``--steps`` updates including the Trainer's own setup and host->device
+  batch transfer;
+* torch: ``--steps`` iterations of forward, loss, backward, clip, ``step``,
+  scheduler, ``zero_grad`` after two warm-up iterations.
+
+Each side is timed ``--repeats`` times, interleaved, and the best run is kept so
+that load from other processes on the machine hurts both alike.
+
+Model-FLOPs utilisation: ``MFU = 6 * N * tokens_per_s / peak`` (Kaplan et al.
+2020's 6N FLOPs per trained token, N = all parameters with the tied embedding
+counted once because it is also the LM head; attention's T-dependent FLOPs are
+left out, as in the 6N convention, and printed separately). ``peak`` is
+measured: the best FLOP/s of a jitted float32 ``[n, n] @ [n, n]`` matmul in JAX
+(``2 n^3`` FLOPs per call) on this CPU.
+
+    python benchmarks/train.py [--steps 8] [--repeats 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from flax import nnx  # noqa: E402
+from transformers import Qwen3ForCausalLM  # noqa: E402
+
+from lab.hf import save_pretrained  # noqa: E402
+from lab.nn import Transformer, TransformerConfig  # noqa: E402
+from lab.train import TrainConfig, Trainer, sft_loss  # noqa: E402
+
+MODEL = TransformerConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2,
+                          head_dim=32, d_ff=768, qk_norm=True, tie_embeddings=True, max_len=512)
+LR, WD, WARMUP, CLIP = 1e-3, 0.1, 2, 1.0
+
+
+def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
+    """Best measured FLOP/s of a jitted float32 ``[n, n] @ [n, n]`` in JAX."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    f = jax.jit(jnp.matmul)
+    f(a, b).block_until_ready()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def make_batch(b: int, t: int) -> dict:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, MODEL.vocab_size, (b, t + 1))
+    return {"inputs": x[:, :-1].astype(np.int32), "targets": x[:, 1:].astype(np.int32),
+            "mask": np.ones((b, t), np.float32)}
+
+
+def torch_trainer(hf: Qwen3ForCausalLM, steps: int, batch: dict):
+    """Returns ``run(n) -> last loss``: n plain torch training iterations, same recipe as Lab."""
+    decay = [p for p in hf.parameters() if p.ndim >= 2]
+    no_decay = [p for p in hf.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.999), eps=1e-8)
+
+    def lr_lambda(s):  # optax.warmup_cosine_decay_schedule(0, LR, WARMUP, steps, 0) / LR
+        if s < WARMUP:
+            return s / WARMUP
+        return 0.5 * (1 + math.cos(math.pi * min(s - WARMUP, steps - WARMUP) / (steps - WARMUP)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+    inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
+    targets = torch.from_numpy(batch["targets"].astype(np.int64))
+    hf.train()
+
+    def run(n: int) -> float:
+        for _ in range(n):
+            logits = hf(input_ids=inputs).logits
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     targets.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(hf.parameters(), CLIP)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    b, t, steps = args.batch, args.seq, args.steps
+    tokens = b * t
+    batch = make_batch(b, t)
+
+    init = Transformer(MODEL, rngs=nnx.Rngs(0))
+    with tempfile.TemporaryDirectory() as d:
+        save_pretrained(init, d)
+        hf = Qwen3ForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+    init_state = nnx.state(init)
+    n_params = MODEL.num_params()
+    assert n_params == sum(p.numel() for p in hf.parameters()), "parameter counts differ"
+
+    # Same weights: the first losses must agree.
+    lab_loss0 = float(sft_loss(init, batch)[0])
+    with torch.no_grad():
+        logits = hf(input_ids=torch.from_numpy(batch["inputs"].astype(np.int64))).logits
+        torch_loss0 = float(torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            torch.from_numpy(batch["targets"].astype(np.int64)).reshape(-1)))
+    assert abs(lab_loss0 - torch_loss0) < 1e-4, (lab_loss0, torch_loss0)
+
+    # The timed work per side: `steps` updates of the same recipe from the same weights.
+    cfg = TrainConfig(steps=steps, learning_rate=LR, warmup_steps=WARMUP, schedule="cosine",
+                      optimizer="adamw", weight_decay=WD, grad_clip=CLIP, log_every=steps,
+                      progress=False)
+
+    def lab_fit():
+        model = Transformer(MODEL, rngs=nnx.Rngs(0))
+        nnx.update(model, init_state)
+        trainer = Trainer(model, sft_loss, cfg)
+        t0 = time.perf_counter()
+        trainer.fit(lambda step: batch)
+        return time.perf_counter() - t0, trainer.history[-1]["loss"]
+
+    t0 = time.perf_counter()
+    lab_fit()  # compiles the step
+    compile_s = time.perf_counter() - t0
+    run_torch = torch_trainer(hf, 10**9, batch)
+    run_torch(2)  # warm-up
+
+    lab_times, torch_times = [], []
+    for _ in range(args.repeats):
+        dt, lab_last = lab_fit()
+        lab_times.append(dt)
+        t0 = time.perf_counter()
+        run_torch(steps)
+        torch_times.append(time.perf_counter() - t0)
+
+    # Same function and optimizer: after `steps` identical updates the losses agree.
+    with tempfile.TemporaryDirectory() as d:
+        save_pretrained(init, d)
+        hf_check = Qwen3ForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+    torch_last = torch_trainer(hf_check, steps, batch)(steps)
+
+    peak = matmul_peak()
+    lab_tps, torch_tps = tokens * steps / min(lab_times), tokens * steps / min(torch_times)
+    flops_tok = 6 * n_params
+    attn_tok = 6 * MODEL.n_layers * t * MODEL.n_heads * MODEL.head_dim  # 6 * L * T * d_attn
+    print(f"model: Qwen3 {n_params / 1e6:.3f}M params, batch {b} x seq {t} = {tokens} tokens/step,"
+          f" {steps} steps per timed run, best of {args.repeats}; torch threads "
+          f"{torch.get_num_threads()}, jax devices {jax.devices()}, os.cpu_count {os.cpu_count()}")
+    print(f"load average at the end: {os.getloadavg()}")
+    print(f"first loss  lab {lab_loss0:.6f}  torch {torch_loss0:.6f}")
+    print(f"loss after {steps} updates  lab {lab_last:.6f}  torch {torch_last:.6f}")
+    print(f"lab   Trainer.fit : {lab_tps:10.0f} tokens/s  (runs {np.round(lab_times, 3)} s; "
+          f"first fit incl. compile {compile_s:.1f} s)")
+    print(f"torch train loop  : {torch_tps:10.0f} tokens/s  (runs {np.round(torch_times, 3)} s)")
+    print(f"ratio lab / torch : {lab_tps / torch_tps:.2f}x  (target >= 1.0x)")
+    print(f"peak (jax f32 matmul 2048^3): {peak / 1e9:.1f} GFLOP/s")
+    print(f"MFU = 6*N*tokens/s / peak: lab {flops_tok * lab_tps / peak:.1%}, "
+          f"torch {flops_tok * torch_tps / peak:.1%}  (6N = {flops_tok / 1e6:.1f} MFLOP/token; "
+          f"with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
+          f"{(flops_tok + attn_tok) * lab_tps / peak:.1%}, torch "
+          f"{(flops_tok + attn_tok) * torch_tps / peak:.1%})")
+
+
+if __name__ == "__main__":
+    main()
