@@ -20,15 +20,19 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from lab import parallel
 from lab.hf.config import config_from_hf, config_to_hf, o_bias_expected
 from lab.nn import Transformer, TransformerConfig
 
@@ -110,7 +114,8 @@ def _get(tree: dict, path: tuple) -> Any:
     return tree
 
 
-def load_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> Transformer:
+def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | None = None,
+                    rules: Sequence[tuple[str, PartitionSpec]] | None = None) -> Transformer:
     """Returns the :class:`lab.nn.Transformer` stored in a Hugging Face checkpoint directory.
 
     Args:
@@ -118,6 +123,12 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> Transforme
         sharded ``model.safetensors.index.json``) of a Qwen3, Qwen2 or Llama model.
       dtype: parameter dtype (``"float32"``, ``"bfloat16"``, ``jnp.bfloat16``, ...);
         ``None`` keeps the checkpoint's ``dtype``/``torch_dtype``.
+      mesh: when given, every parameter is placed directly on this
+        ``("data", "model")`` mesh by ``rules`` (default
+        ``lab.parallel.RULES``), each device receiving only its slice
+        (``jax.make_array_from_callback``), so a model larger than one
+        device's memory loads; the result is what ``lab.parallel.shard_model``
+        would give.
 
     Raises:
       ValueError: unsupported ``model_type``/RoPE/activation (see
@@ -165,9 +176,14 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> Transforme
             if tuple(array.shape) != want:
                 raise ValueError(f"tensor {e.hf_name!r}: expected shape {want} from config.json, "
                                  f"found {tuple(array.shape)} in the checkpoint")
-            if e.transpose:
-                array = array.T
-            _set(values, e.lab_path, jnp.asarray(array, dtype=config.jnp_dtype))
+            array = np.asarray(array.T if e.transpose else array, dtype=config.jnp_dtype)
+            if mesh is None:
+                _set(values, e.lab_path, jnp.asarray(array))
+                continue
+            spec = parallel.spec_for("/".join(map(str, e.lab_path)), array.shape, mesh,
+                                     rules or parallel.RULES, head_dim=config.head_dim)
+            _set(values, e.lab_path, jax.make_array_from_callback(
+                array.shape, NamedSharding(mesh, spec), lambda index, a=array: a[index]))
     nnx.replace_by_pure_dict(state, values)
     return nnx.merge(graphdef, state)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lab import parallel
+from lab import hf, parallel
 from lab.nn import Transformer, TransformerConfig
 
 CONFIG = TransformerConfig(vocab_size=128, d_model=64, n_layers=2, n_heads=8, n_kv_heads=4,
@@ -99,6 +100,17 @@ def main(meshes):
             res["tokens_equal"] = bool(np.array_equal(gen.tokens, ref_gen.tokens))
             res["logprob_diff"] = float(np.abs(gen.logprobs - ref_gen.logprobs).max())
             res["cpu_s"]["generate"] = timer() - t0
+        if "hf" in checks:  # lab.hf.load_pretrained(mesh=) places each slice directly
+            t0 = timer()
+            with tempfile.TemporaryDirectory() as tmp:
+                hf.save_pretrained(random_model(), tmp)
+                loaded = hf.load_pretrained(tmp, mesh=mesh)
+            same = jax.tree.map(lambda a, b: a.sharding == b.sharding,
+                                nnx.state(loaded), nnx.state(sharded))
+            res["hf_same_placement"] = all(jax.tree.leaves(same))
+            res["hf_logit_diff"] = float(np.abs(np.asarray(
+                parallel.forward(loaded, tokens, mesh, mask=mask)) - ref_logits).max())
+            res["cpu_s"]["hf"] = timer() - t0
         if "grad" in checks:
             t0 = timer()
             grads = grad_fn(sharded, parallel.shard_batch(jnp.asarray(tokens), mesh))

@@ -26,7 +26,8 @@ from lab.nn import Transformer, TransformerConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ATOL = 1e-5
 # Forward on every mesh; generation on the two that split the model; gradients on the mixed one.
-REQUESTS = ["8x1", "2x4+gen+grad", "1x8+gen"]
+# Loading a checkpoint straight onto the mesh (lab.hf) is checked on the mixed one too.
+REQUESTS = ["8x1", "2x4+gen+grad+hf", "1x8+gen"]
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,12 @@ def test_sharded_generate_equals_unsharded(measured, mesh):
 
 def test_sharded_gradients_equal_unsharded(measured):
     assert measured["2x4"]["grad_diff"] < ATOL
+
+
+def test_checkpoint_loads_straight_onto_the_mesh(measured):
+    res = measured["2x4"]
+    assert res["hf_same_placement"]  # what shard_model gives
+    assert res["hf_logit_diff"] < ATOL
 
 
 def test_batch_not_divisible_by_data_axis_is_named(measured):
