@@ -60,8 +60,12 @@ def sweep_taxonomy(config) -> list[dict]:
         for a in config.sweep.targets:
             r = tx.check_interpret(s, a)
             low = tx.check_lowering(s, a) if config.sweep.lowering else None
+            expert = (tx.check_expert_interpret(s, a) if config.sweep.expert_kernels
+                      and s.hardware_example else None)
             rows.append({"strategy": name, "arch": a, "interpret": r.status,
                          "max_rel_err": r.value, "lowering": low.status if low else "not run",
+                         "expert_mosaic_interpret": (f"{expert.status}: {expert.detail}"
+                                                     if expert else ""),
                          "detail": r.detail if r.status == "skip" else
                          (low.detail if low and low.status != "pass" else "")})
     return rows
@@ -228,7 +232,7 @@ def run(config, workdir: str) -> dict:
         "## Correctness sweep (Pallas interpret mode on "
         f"{results['device']}; lowering = compiled for the target platform, not run)\n",
         markdown_table(tax, ["strategy", "arch", "interpret", "max_rel_err", "lowering",
-                             "detail"]),
+                             "expert_mosaic_interpret", "detail"]),
         "## Low-precision formats\n", markdown_table(fmts),
         "## Search (costs from the analytic roofline model unless 'measured'; speed vs XLA "
         "is only reported when measured)\n", markdown_table(searches, search_cols),

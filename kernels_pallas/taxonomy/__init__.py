@@ -4,13 +4,15 @@
 - :mod:`.workloads`: ops, shapes, inputs, kernels and XLA references.
 - :mod:`.strategies`: the ten :class:`Strategy` records and :func:`describe`.
 - :mod:`.checks`: the per-architecture test (interpret-mode correctness,
-  lowering for the target platform, and on that hardware device-code markers
-  and the speedup over the unoptimised kernel).
+  lowering for the target platform, JAX's expert Mosaic GPU kernels in GPU
+  interpret mode where the interpreter supports them, and on that hardware
+  device-code markers and the speedup over the unoptimised kernel).
 """
 
 from kernels_pallas.taxonomy.arch import ARCHITECTURES, NAMES, detect
 from kernels_pallas.taxonomy.checks import (
     CheckResult,
+    check_expert_interpret,
     check_hardware,
     check_interpret,
     check_lowering,
@@ -20,5 +22,5 @@ from kernels_pallas.taxonomy.strategies import STRATEGIES, Strategy, describe, g
 from kernels_pallas.taxonomy.workloads import Workload
 
 __all__ = ["ARCHITECTURES", "NAMES", "STRATEGIES", "CheckResult", "Strategy", "Workload",
-           "check_hardware", "check_interpret", "check_lowering", "describe", "detect", "get",
-           "run_all", "workload_for"]
+           "check_expert_interpret", "check_hardware", "check_interpret", "check_lowering",
+           "describe", "detect", "get", "run_all", "workload_for"]

@@ -44,6 +44,17 @@ def test_strategy_lowering(name, target):
     assert r.status == "pass", r.detail
 
 
+@pytest.mark.parametrize("name,target", [(n, a) for n in ("bulk_copy", "warp_specialization")
+                                         for a in ("hopper", "blackwell")])
+def test_expert_mosaic_gpu_kernel_in_gpu_interpret_mode(name, target):
+    """JAX's TMA + warp-specialised wgmma Hopper matmul, simulated on the CPU (run once, cached)."""
+    r = tx.check_expert_interpret(tx.get(name), target)
+    if r.status == "skip":
+        assert target == "blackwell" and "tmem" in r.detail   # the interpreter lacks TMEM
+        pytest.skip(r.detail)
+    assert r.status == "pass" and r.value < 2.0**-10, r.detail
+
+
 @pytest.mark.hardware
 @pytest.mark.parametrize("name,target", PAIRS)
 def test_strategy_hardware(name, target):

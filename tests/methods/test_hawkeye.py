@@ -65,6 +65,13 @@ def test_failed_unit_tests_and_numerics_exclude_candidates():
     assert any(e.status == "failed_numerics" for e in r.evaluations)
 
 
+def test_small_space_is_exhausted_then_the_search_stops():
+    w = hk.Workload("rmsnorm", (4096, 1024), "bfloat16")
+    r = hk.search(w, "mi350", budget=50, unit_test=PASS, check=NUMERICS_OK,
+                  cost=lambda w, p: abs(p["block_rows"] - 16) + 1.0)
+    assert r.tried == len(SPACE["rmsnorm"]["block_rows"]) and r.best.params == {"block_rows": 16}
+
+
 def test_agent_proposer_gets_taxonomy_and_tests_as_context():
     prompts = []
 

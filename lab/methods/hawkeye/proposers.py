@@ -136,7 +136,8 @@ class EvolutionaryProposer:
 
     def _mutate(self, params: dict, space: dict) -> dict:
         child = dict(params)
-        for k in self.rng.choice(list(space), size=self.rng.integers(1, 3), replace=False):
+        n_moves = min(len(space), int(self.rng.integers(1, 3)))
+        for k in self.rng.choice(list(space), size=n_moves, replace=False):
             values = space[k]
             i = values.index(child[k]) if child[k] in values else 0
             j = int(np.clip(i + self.rng.choice([-1, 1]), 0, len(values) - 1))

@@ -194,7 +194,7 @@ def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
     Args:
       w: the workload. target: one of ``kernels_pallas.taxonomy.NAMES``.
       budget: the number of candidates tried (the test-time compute knob).
-      cost: ``cost(w, params) -> seconds`` with ``kind`` and ``baseline(w)``;
+      cost: ``cost(w, params) -> seconds``, optionally with ``kind`` and ``baseline(w)``;
         :class:`MeasuredCost` on the target, :class:`RooflineCost` elsewhere.
       proposer: a :class:`Proposer`; systematic then evolutionary by default.
       unit_test, check: the strategy unit test and numerical check (defaults:
@@ -227,8 +227,9 @@ def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
                                      test_cache, type(proposer).__name__))
             if len(history) >= budget:
                 break
-    return SearchResult(w, target, cost.kind, history, cost.baseline(w),
-                        cost(w, START[w.op]))
+    baseline = getattr(cost, "baseline", None)
+    return SearchResult(w, target, getattr(cost, "kind", "custom"), history,
+                        baseline(w) if baseline else None, cost(w, START[w.op]))
 
 
 def _evaluate(w, target, params, cost, unit_test, check, on_target, cache, origin):
