@@ -97,9 +97,19 @@ def weight_files(path: str) -> dict[str, str]:
         return {name: os.path.join(path, file) for name, file in weight_map.items()}
     single = os.path.join(path, WEIGHTS)
     if os.path.isfile(single):
-        with safe_open(single, framework="np") as f:
+        with _open(single) as f:
             return dict.fromkeys(f.keys(), single)
     raise FileNotFoundError(f"{path!r} has neither {WEIGHTS} nor {INDEX}")
+
+
+def _open(file: str):
+    """``safe_open`` in numpy mode; a missing or corrupt file raises an error naming it."""
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"safetensors file {file!r} (named by the checkpoint) is missing")
+    try:
+        return safe_open(file, framework="np")
+    except Exception as e:  # safetensors raises SafetensorError for a bad header
+        raise ValueError(f"{file!r} is not a readable safetensors file: {e}") from e
 
 
 def _set(tree: dict, path: tuple, value: Any) -> None:
@@ -161,7 +171,7 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
     values = nnx.to_pure_dict(state)
     with ExitStack() as stack:
-        handles = {f: stack.enter_context(safe_open(f, framework="np"))
+        handles = {f: stack.enter_context(_open(f))
                    for f in sorted(set(files.values()))}
         for name in sorted(o_bias & set(files)):
             bias = handles[files[name]].get_tensor(name)
@@ -239,6 +249,11 @@ def save_pretrained(model: Transformer, path: str | os.PathLike, *, model_type: 
     config = model.config
     hf = config_to_hf(config, model_type)
     values = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    spread = [x for x in jax.tree.leaves(values) if not x.is_fully_addressable]
+    if spread:
+        raise ValueError(f"{len(spread)} parameters span several hosts; save_pretrained writes "
+                         "from one host: gather them first (jax.experimental.multihost_utils."
+                         "process_allgather) or save with orbax")
     tensors = {}
     for e in tensor_map(config):
         array = np.asarray(_get(values, e.lab_path))

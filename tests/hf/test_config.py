@@ -104,6 +104,10 @@ def test_save_keeps_other_files_and_removes_stale_shards(tmp_path):
     x = jnp.arange(10, dtype=jnp.int32)[None]
     np.testing.assert_array_equal(np.asarray(hf.load_pretrained(tmp_path)(x)),
                                   np.asarray(model(x)))
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:100])  # a truncated download
+    with pytest.raises(ValueError, match=r"model.safetensors' is not a readable safetensors"):
+        hf.load_pretrained(tmp_path)
+    os.remove(tmp_path / "model.safetensors")
     with pytest.raises(FileNotFoundError, match="neither model.safetensors nor"):
-        os.remove(tmp_path / "model.safetensors")
         hf.load_pretrained(tmp_path)
