@@ -165,16 +165,16 @@ NAMED: dict[str, ZooSpec] = {
         description="2 layers, d=128 (0.43M params); ~1 min on two cores"),
     "lm-s": ZooSpec(
         name="lm-s", model=_model(192, 3, 6, 2, 512, 1024),
-        train=_train(600, 2e-3),
-        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 40000, "n_eval": 64,
+        train=_train(300, 2e-3),
+        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=16,
-        description="3 layers, d=192 (1.3M params); ~3 min on two cores"),
+        description="3 layers, d=192 (1.3M params)"),
     "lm-m": ZooSpec(
         name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
-        train=_train(900, 1.5e-3),
-        data={"tasks": _tasks((96, 192), (1, 3), (3, 8)), "n_train": 60000, "n_eval": 64,
+        train=_train(300, 1.5e-3),
+        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=16,
-        description="4 layers, d=256 (2.9M params); ~8 min on two cores"),
+        description="4 layers, d=256 (2.9M params)"),
 }
