@@ -1,0 +1,35 @@
+"""GPA launcher end to end at the test preset, and config errors before any work."""
+
+import json
+import os
+
+import pytest
+
+from configs.gpa import get_config
+from experiments import gpa
+
+
+def test_gpa_test_preset_writes_every_sampler(tmp_path):
+    results = gpa.run(get_config("test"), str(tmp_path))
+    names = {r["sampler"] for r in results["samplers"]}
+    assert {"GPA (AR, MH)", "GPA (diffusion, MH)", "best-of-N (AR)", "reward-weighted resampling",
+            "simulated annealing", "gradient editing", "RL fine-tuned AR"} <= names
+    gpa_calls = results["samplers"][0]["oracle_calls"]
+    for row in results["samplers"][1:]:
+        if row["sampler"] != "prior (AR, no search)":  # equal budgets, within one population
+            assert abs(row["oracle_calls"] - gpa_calls) <= 2 * get_config("test").gpa.num_particles
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["claims"] and all(isinstance(c["holds"], bool) for c in on_disk["claims"])
+    assert os.path.exists(tmp_path / "gpa.png") and (tmp_path / "report.md").exists()
+
+
+def test_bad_config_fails_before_work(tmp_path):
+    c = get_config("test")
+    c.gpa.scheme = "roulette"
+    with pytest.raises(ValueError, match="gpa.scheme='roulette'"):
+        gpa.run(c, str(tmp_path))
+    c = get_config("test")
+    c.seq_len = 8
+    with pytest.raises(ValueError, match="seq_len=8"):
+        gpa.run(c, str(tmp_path))
+    assert not (tmp_path / "results.json").exists()
