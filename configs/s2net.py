@@ -1,0 +1,53 @@
+"""S²-Net: spiking-by-synchronisation vs. an SNN, Kuramoto oscillators and an ANN.
+
+Run:
+  python -m experiments.s2net --config=configs/s2net.py:default --workdir=/tmp/s2net
+
+Three tasks (temporal binding of crossing bars, decoding direction from
+synthetic spike trains, waveform classification), four models each, the same
+training steps and learning rate for every model of a task.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from lab.config import check_preset
+
+
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+    preset = check_preset(preset)
+    c = ml_collections.ConfigDict()
+    c.preset = preset
+    c.seed = 0
+    c.impl = ""  # "" = automatic kernel choice, or "xla" / "pallas"
+
+    c.model = ml_collections.ConfigDict(dict(
+        n_neurons=64, ring_k=4, beta=0.9, threshold=1.0, period=8, window=16, delay=2,
+        slope=5.0, spike_penalty=0.5, snn_drive=1.0, osc_drive=0.05,
+    ))
+    c.binding = ml_collections.ConfigDict(dict(
+        size=8, radius=2, steps=64, drive=0.2, batch=16, train_steps=150, learning_rate=0.02,
+        eval_batches=4, eval_batch=32,
+    ))
+    c.decoding = ml_collections.ConfigDict(dict(
+        n_in=32, n_classes=8, steps=32, peak_rate=0.1, gain_noise=0.4, batch=32,
+        train_steps=200, learning_rate=0.01, eval_batches=4, eval_batch=128,
+    ))
+    c.signal = ml_collections.ConfigDict(dict(
+        steps=64, noise=0.2, batch=32, train_steps=250, learning_rate=0.02, eval_batches=4,
+        eval_batch=128,
+    ))
+    if preset == "test":
+        c.binding.update(steps=24, batch=4, train_steps=2, eval_batches=1, eval_batch=8)
+        c.decoding.update(steps=12, batch=8, train_steps=2, eval_batches=1, eval_batch=16)
+        c.signal.update(steps=16, batch=8, train_steps=2, eval_batches=1, eval_batch=16)
+        c.model.n_neurons = 16
+        c.model.ring_k = 2
+    elif preset == "paper":
+        c.binding.update(size=16, steps=128, train_steps=2000, eval_batches=16)
+        c.decoding.update(n_in=96, steps=64, train_steps=3000, eval_batches=16)
+        c.signal.update(steps=128, train_steps=3000, eval_batches=16)
+        c.model.n_neurons = 256
+        c.model.ring_k = 8
+    return c

@@ -1,0 +1,112 @@
+"""S²-Net: binding by synchronisation on a hand-built case, metrics, tasks, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lab.methods import s2net as s2
+from lab.methods.s2net import metrics
+
+
+def _axis_kernel(strength: float) -> jnp.ndarray:
+    """Hand-built grid coupling: attract along rows/columns, repel on diagonals, so that
+    a horizontal and a vertical bar each synchronise and push each other to anti-phase."""
+    return jnp.array([strength if (dr == 0 or dc == 0) else -strength
+                      for dr, dc in s2.grid_offsets(2)])
+
+
+def _hand_built(sync: bool, strength: float = 0.3) -> s2.S2Net:
+    model = s2.S2Net(64, {"grid": (8, 8, 2)}, sync=sync, drive=0.2, rngs=nnx.Rngs(0))
+    model.w.kernel[...] = jnp.zeros(24)
+    if sync:
+        model.k.kernel[...] = _axis_kernel(strength)
+        model.gain_logit[...] = jnp.asarray(5.0)
+    return model
+
+
+def test_synchronised_network_binds_two_crossing_bars():
+    batch = s2.binding_batch(seed=3, index=0, batch=16, size=8, steps=96)
+    bound = s2.evaluate(_hand_built(True), [batch], task="binding")
+    no_coupling = _hand_built(True, strength=0.0)
+    unsynced = s2.evaluate(no_coupling, [batch], task="binding")
+    assert bound["ari"] >= 0.9, bound
+    assert unsynced["ari"] <= 0.3, unsynced  # same spikes, no Kuramoto coupling: no binding
+    assert bound["spikes"] > 0
+
+
+def test_oscillators_bind_with_the_same_coupling():
+    batch = s2.binding_batch(seed=3, index=0, batch=8, size=8, steps=64)
+    model = s2.KuramotoNet(64, {"grid": (8, 8, 2)}, drive=1.0, rngs=nnx.Rngs(0))
+    model.k.kernel[...] = _axis_kernel(0.3)
+    assert s2.evaluate(model, [batch], task="binding")["ari"] >= 0.9
+
+
+def test_adjusted_rand_index_hand_computed_and_sklearn():
+    assert s2.adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == pytest.approx(1.0)
+    assert s2.adjusted_rand_index([0, 0, 1, 1], [0, 1, 0, 1]) == pytest.approx(-0.5)
+    # sklearn's documented example: adjusted_rand_score([0, 0, 1, 2], [0, 0, 1, 1]) = 0.5714
+    assert s2.adjusted_rand_index([0, 0, 1, 2], [0, 0, 1, 1]) == pytest.approx(4 / 7)
+    sk = pytest.importorskip("sklearn.metrics", reason="sklearn not installed")
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 3, 50), rng.integers(0, 4, 50)
+    assert s2.adjusted_rand_index(a, b) == pytest.approx(sk.adjusted_rand_score(a, b))
+
+
+def test_circular_kmeans_and_pair_loss_on_antiphase_groups():
+    angles = np.array([0.1, -0.1, 0.05, np.pi + 0.1, np.pi - 0.1])
+    emb = np.stack([np.cos(angles), np.sin(angles)], -1)
+    labels = np.array([1, 1, 1, 2, 2])
+    assert s2.adjusted_rand_index(labels, s2.circular_kmeans(emb, 2)) == pytest.approx(1.0)
+    perfect = jnp.asarray(np.stack([np.cos([0, 0, np.pi]), np.sin([0, 0, np.pi])], -1))[None]
+    lab = jnp.array([[1, 1, 2]])
+    assert float(s2.pair_phase_loss(perfect, lab)) == pytest.approx(0.0, abs=1e-6)
+    assert float(s2.pair_phase_loss(jnp.zeros_like(perfect), lab)) == pytest.approx(0.5)
+
+
+def test_binding_batch_crossing_bars_and_determinism():
+    a = s2.binding_batch(seed=0, index=5, batch=6, size=8, steps=3)
+    b = s2.binding_batch(seed=0, index=5, batch=6, size=8, steps=3)
+    np.testing.assert_array_equal(a["labels"], b["labels"])
+    assert a["inputs"].shape == (6, 3, 64)
+    assert np.all((a["labels"] == 3).sum(1) == 1)  # exactly one crossing pixel
+    assert np.all((a["labels"] == 1).sum(1) >= 3) and np.all((a["labels"] == 2).sum(1) >= 3)
+
+
+def test_classification_tasks_shapes_and_labels():
+    d = s2.spike_train_batch(0, 0, 8, n_in=10, steps=5, n_classes=3)
+    assert d["inputs"].shape == (8, 5, 10) and set(np.unique(d["inputs"])) <= {0.0, 1.0}
+    assert d["labels"].max() < 3
+    s = s2.signal_batch(0, 0, 8, steps=20)
+    assert s["inputs"].shape == (8, 20, 2) and np.all(s["inputs"] >= 0)
+
+
+def test_s2net_classifier_forward_and_surrogate_gradient():
+    adj = s2.ring_adjacency(12, 2)
+    model = s2.S2Net(12, {"adjacency": adj}, n_in=3, n_out=4, coupling="scalar",
+                     drive=1.0, rngs=nnx.Rngs(1))
+    batch = s2.signal_batch(0, 0, 4, steps=10)
+    batch["inputs"] = batch["inputs"][..., :2].repeat(2, -1)[..., :3]
+    loss_fn = s2.classify_loss(0.1)
+    (loss, m), grads = nnx.value_and_grad(
+        lambda mdl: loss_fn(mdl, batch, jax.random.key(0)), has_aux=True)(model)
+    assert np.isfinite(float(loss)) and m["spikes"] > 0
+    g_enc = np.asarray(grads["encoder"]["kernel"][...])
+    assert np.all(np.isfinite(g_enc)) and np.abs(g_enc).max() > 0
+
+
+def test_adjacency_of_the_wrong_shape_is_rejected():
+    with pytest.raises(ValueError, match=r"adjacency has shape \(8, 9\); expected \(8, 8\)"):
+        s2.S2Net(8, {"adjacency": np.ones((8, 9))}, n_in=2, n_out=2, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="grid 4x4 has 16 cells; expected n_neurons=10"):
+        s2.S2Net(10, {"grid": (4, 4, 1)}, rngs=nnx.Rngs(0))
+
+
+def test_energy_proxy_counts():
+    e = metrics.snn_energy(10.0, n_neurons=4, steps=5, recurrent_fanout=2.0, n_out=3)
+    assert e["ac"] == pytest.approx(50.0) and e["mac"] == pytest.approx(20.0)
+    assert e["pj"] == pytest.approx(4.6 * 20 + 0.9 * 50)
+    sync = metrics.snn_energy(10.0, n_neurons=4, steps=5, recurrent_fanout=2.0, n_out=3,
+                              sync=True, coupling_fanout=2.0)
+    assert sync["mac"] == pytest.approx(20 + 3 * 20 + 2 * 20 * 2.0)
