@@ -132,7 +132,7 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
       path: directory with ``config.json`` and ``model.safetensors`` (or the
         sharded ``model.safetensors.index.json``) of a Qwen3, Qwen2 or Llama model.
       dtype: parameter dtype (``"float32"``, ``"bfloat16"``, ``jnp.bfloat16``, ...);
-        ``None`` keeps the checkpoint's ``dtype``/``torch_dtype``.
+        ``None`` or ``"auto"`` keeps the checkpoint's ``dtype``/``torch_dtype``.
       mesh: when given, every parameter is placed directly on this
         ``("data", "model")`` mesh by ``rules`` (default
         ``lab.parallel.RULES``), each device receiving only its slice

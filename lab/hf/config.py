@@ -84,7 +84,7 @@ def config_from_hf(hf: dict, *, dtype: Any = None) -> TransformerConfig:
 
     Args:
       hf: the parsed ``config.json``.
-      dtype: parameter dtype of the Lab model; ``None`` takes the checkpoint's
+      dtype: parameter dtype of the Lab model; ``None`` (or ``"auto"``) takes the checkpoint's
         (``dtype`` or ``torch_dtype``), as ``transformers``' ``dtype="auto"`` does,
         and float32 when the checkpoint names none.
     """
@@ -116,7 +116,7 @@ def config_from_hf(hf: dict, *, dtype: Any = None) -> TransformerConfig:
     d_model = _int(hf, "hidden_size")
     head_dim = _int(hf, "head_dim") if hf.get("head_dim") is not None else d_model // n_heads
     n_kv_heads = _int(hf, "num_key_value_heads") if hf.get("num_key_value_heads") else n_heads
-    if dtype is None:
+    if dtype is None or dtype == "auto":
         dtype = hf.get("dtype") or hf.get("torch_dtype") or "float32"
     return TransformerConfig(
         vocab_size=_int(hf, "vocab_size"),

@@ -172,6 +172,7 @@ def test_save_pretrained_round_trips_through_transformers(tmp_path, variant):
     expected_type = model_type or hf.config.default_model_type(config)
     assert ref_model.config.model_type == expected_type
     diff = float(np.abs(hf_logits(ref_model, TOKENS) - lab_logits(model, TOKENS)).max())
+    print(f"save -> transformers ({expected_type}): max |logit diff| = {diff:.2e}")
     assert diff < ATOL, diff
     again = hf.load_pretrained(tmp_path)
     assert again.config == config
@@ -202,6 +203,8 @@ def test_bfloat16_load_and_save(saved, tmp_path):
     assert dtypes == {jnp.dtype(jnp.bfloat16)}
     ref = hf_logits(ref_model, TOKENS)
     diff = float(np.abs(lab_logits(model, TOKENS) - ref).max())
+    print(f"bfloat16 load: max |logit diff| vs float32 transformers = {diff:.3f} "
+          f"(max |logit| {np.abs(ref).max():.2f})")
     # bfloat16 keeps 8 mantissa bits: logits of magnitude ~5 move by a few 1e-2.
     assert diff < 0.15 * np.abs(ref).max(), diff
     hf.save_pretrained(model, tmp_path)

@@ -29,6 +29,7 @@ def test_field_map_qwen3():
     assert (c.rope_theta, c.norm_eps, c.max_len, c.dtype) == (1e6, 1e-5, 4096, "bfloat16")
     assert c.qk_norm and not c.qkv_bias and c.tie_embeddings
     assert hf.config_from_hf(QWEN3, dtype=jnp.float32).dtype == "float32"
+    assert hf.config_from_hf(QWEN3, dtype="auto").dtype == "bfloat16"
 
 
 def test_llama_and_qwen2_defaults_and_legacy_fields():
