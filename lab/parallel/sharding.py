@@ -97,7 +97,9 @@ def shard_batch(batch: Any, mesh: Mesh) -> Any:
     """Places every array of ``batch`` (a pytree) with its leading (batch) axis on ``"data"``.
 
     Scalars are replicated. Raises ValueError naming the leaf when its batch size
-    is not a multiple of the ``data`` axis.
+    is not a multiple of the ``data`` axis. ``batch`` is the global batch; on
+    many hosts, where each process holds only its own rows, build the arrays
+    with ``jax.make_array_from_process_local_data`` instead.
     """
     n = mesh.shape["data"]
 
