@@ -1,0 +1,231 @@
+"""KV-cache policies: a registry of pure functions ``(cache, stats, budget) -> cache``.
+
+A policy runs once, at the end of prefill (inside the same jit), the way
+NVIDIA's kvpress applies a "press" (https://github.com/NVIDIA/kvpress): every
+scoring method assigns a score to each cached entry per (layer, batch row, KV
+head) and keeps the ``budget`` best, ``budget = int(T * (1 - ratio))`` per row
+for a prompt of ``T`` tokens (kvpress's rule). Decoding then continues on the
+compressed cache; rotary phases survive because keys are stored after RoPE and
+the original positions are kept beside them.
+
+A policy declares which prefill statistics it needs (:data:`STATS`) so that
+prefill captures only those; :class:`Stats` carries them. Methods add theirs
+with :func:`register`; :func:`compact` is the shared top-``budget`` gather that
+every scoring policy ends with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lab.nn.cache import KVCache
+
+STATS = ("attn_colsum", "queries", "attn")
+NEG_INF = -1e30
+
+
+class Stats(NamedTuple):
+    """What prefill measured, for the policy to score with (None unless a policy needs it).
+
+    lengths:         ``[B]`` int32 prompt length per row (the cache holds slots
+                     ``0..lengths[b]-1`` of row ``b`` at their positions).
+    attn_colsum:     ``[L, B, H, C]`` float32 attention probabilities summed over
+                     the row's prompt queries (padding queries contribute 0):
+                     H2O's accumulated attention.
+    queries:         ``[L, B, H, W, hd]`` the queries of each row's last ``W``
+                     prompt tokens, after q-norm and RoPE (SnapKV's observation
+                     window, TOVA's last query is ``queries[..., -1, :]``).
+    query_positions: ``[B, W]`` int32 positions of those queries (-1 where a row
+                     is shorter than ``W``).
+    attn:            ``[L, B, H, T, C]`` float32 attention probabilities of every
+                     prompt query (only when asked: it is ``O(T^2)``; PRKV's graph).
+
+    Keys (after RoPE) and values are in the cache itself; see :func:`window_attention`.
+    """
+
+    lengths: jax.Array
+    attn_colsum: jax.Array | None = None
+    queries: jax.Array | None = None
+    query_positions: jax.Array | None = None
+    attn: jax.Array | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A cache policy: ``fn(cache, stats, budget, **kwargs) -> cache``.
+
+    needs:  which of :data:`STATS` prefill must capture for it.
+    window: the number of last prompt queries captured when ``"queries"`` is needed
+            (kvpress's SnapKV default, 64); a ``window=`` keyword to prefill overrides it.
+    evicts: False for a policy that keeps everything (``full``): prefill then sizes
+            the cache for the whole prompt whatever the ratio.
+
+    ``budget`` is an int32 ``[B]`` array (entries to keep per KV head of each
+    row); the returned cache must hold at most ``budget[b]`` valid entries per
+    (layer, row, KV head), packed at the front, with ``length <= budget``.
+    """
+
+    fn: Callable
+    needs: tuple[str, ...] = ()
+    window: int = 64
+    evicts: bool = True
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise ValueError(f"Policy.fn={self.fn!r} is not callable")
+        object.__setattr__(self, "needs", tuple(self.needs))
+        for name in self.needs:
+            if name not in STATS:
+                raise ValueError(f"Policy.needs contains {name!r}; expected any of {STATS}")
+        if not isinstance(self.window, int) or self.window <= 0:
+            raise ValueError(f"Policy.window={self.window!r}; expected a positive int")
+
+    def __call__(self, cache: KVCache, stats: Stats, budget: jax.Array, **kwargs) -> KVCache:
+        return self.fn(cache, stats, budget, **kwargs)
+
+
+_REGISTRY: dict[str, Policy] = {}
+
+
+def register(name: str, policy: Policy | Callable, *, needs: tuple[str, ...] = (),
+             overwrite: bool = False) -> Policy:
+    """Adds a policy under ``name`` (a bare function is wrapped as ``Policy(fn, needs)``).
+
+    Returns the registered :class:`Policy`. Registering a different policy under a
+    taken name raises ValueError unless ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"policy name {name!r}; expected a non-empty string")
+    if not isinstance(policy, Policy):
+        policy = Policy(policy, needs=needs)
+    old = _REGISTRY.get(name)
+    if old is not None and old != policy and not overwrite:
+        raise ValueError(f"cache policy {name!r} is already registered; pass overwrite=True")
+    _REGISTRY[name] = policy
+    return policy
+
+
+def get(name: str | Policy) -> Policy:
+    """The :class:`Policy` registered as ``name`` (a Policy passes through)."""
+    if isinstance(name, Policy):
+        return name
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown cache policy {name!r}; known policies: {names()}")
+    return _REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Registered policy names, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def budgets(lengths, ratio: float):
+    """kvpress's rule, per row: ``int(T * (1 - ratio))`` entries kept per KV head.
+
+    Computed in Python floats on host lengths so it matches kvpress exactly.
+    Raises ValueError for a ratio outside ``[0, 1)``.
+    """
+    if not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) < 1.0:
+        raise ValueError(f"ratio={ratio!r}; expected a compression ratio in [0, 1)")
+    return [int(int(t) * (1.0 - float(ratio))) for t in lengths]
+
+
+def compact(cache: KVCache, scores: jax.Array, budget) -> KVCache:
+    """Keeps the top-``budget`` entries per (layer, row, KV head) by ``scores``.
+
+    Args:
+      cache: the cache to compress.
+      scores: ``[L, B, Hkv, C]``, higher = keep; empty slots are never kept.
+      budget: int or ``[B]`` int array, entries to keep per KV head of each row.
+
+    Returns:
+      The cache with the kept entries gathered to the front of each head's
+      buffer in their original slot order (keys, values, positions), every
+      other slot emptied (position -1, zero key/value) and ``length`` set to
+      the largest number kept in the row (the next write slot). Ties go to the
+      earlier slot. This is kvpress's ``scores.topk(n_kept)`` + gather.
+    """
+    c = cache.capacity
+    valid = cache.valid
+    s = jnp.where(valid, scores.astype(jnp.float32), -jnp.inf)
+    order = jnp.argsort(-s, axis=-1, stable=True)
+    rank = jnp.argsort(order, axis=-1, stable=True)
+    b = jnp.broadcast_to(jnp.asarray(budget, jnp.int32), cache.length.shape)
+    keep = valid & (rank < b[None, :, None, None])
+    slot = jnp.arange(c, dtype=jnp.int32)
+    idx = jnp.argsort(jnp.where(keep, slot, c + slot), axis=-1, stable=True)
+    kept = jnp.take_along_axis(keep, idx, axis=-1)
+    positions = jnp.where(kept, jnp.take_along_axis(cache.positions, idx, axis=-1), -1)
+    gather = idx[..., None]
+    keys = jnp.where(kept[..., None], jnp.take_along_axis(cache.keys, gather, axis=3), 0)
+    values = jnp.where(kept[..., None], jnp.take_along_axis(cache.values, gather, axis=3), 0)
+    length = jnp.max(jnp.sum(kept, axis=-1), axis=(0, 2)).astype(jnp.int32)
+    return KVCache(keys.astype(cache.keys.dtype), values.astype(cache.values.dtype),
+                   positions.astype(jnp.int32), length)
+
+
+def resize(cache: KVCache, capacity: int) -> KVCache:
+    """The same entries in a buffer of ``capacity`` slots (padding with empty slots,
+    or dropping trailing slots, which must be empty: ``length <= capacity``)."""
+    c = cache.capacity
+    if capacity == c:
+        return cache
+    if capacity < c:
+        return KVCache(cache.keys[:, :, :, :capacity], cache.values[:, :, :, :capacity],
+                       cache.positions[:, :, :, :capacity], cache.length)
+    pad = [(0, 0)] * 3 + [(0, capacity - c)]
+    return KVCache(jnp.pad(cache.keys, pad + [(0, 0)]), jnp.pad(cache.values, pad + [(0, 0)]),
+                   jnp.pad(cache.positions, pad, constant_values=-1), cache.length)
+
+
+def window_attention(cache: KVCache, stats: Stats) -> jax.Array:
+    """Attention probabilities of the window queries over the cache, ``[L, B, H, W, C]``.
+
+    Softmax of ``q . k / sqrt(hd)`` over the valid, causally visible entries
+    (``0 <= key position <= query position``), as kvpress's SnapKV and TOVA
+    compute them from the last queries; rows of absent queries are zero.
+    Needs ``"queries"`` in the policy's ``needs``.
+    """
+    if stats.queries is None:
+        raise ValueError("window_attention needs stats.queries; declare needs=('queries',)")
+    q = stats.queries.astype(jnp.float32)                         # [L, B, H, W, d]
+    n_layers, b, h, w, d = q.shape
+    hkv = cache.keys.shape[2]
+    qg = q.reshape(n_layers, b, hkv, h // hkv, w, d)
+    logits = jnp.einsum("lbkgwd,lbkcd->lbkgwc", qg, cache.keys.astype(jnp.float32)) * d ** -0.5
+    kpos = cache.positions[:, :, :, None, None, :]                # [L, B, Hkv, 1, 1, C]
+    qpos = stats.query_positions[None, :, None, None, :, None]    # [1, B, 1, 1, W, 1]
+    allowed = (kpos >= 0) & (kpos <= qpos) & (qpos >= 0)
+    logits = jnp.where(allowed, logits, NEG_INF)
+    p = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True)) * allowed
+    p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    return p.reshape(n_layers, b, h, w, -1)
+
+
+def full(cache: KVCache, stats: Stats, budget) -> KVCache:
+    """Keeps every entry (the uncompressed baseline)."""
+    del stats, budget
+    return cache
+
+
+def streaming_llm(cache: KVCache, stats: Stats, budget, *, n_sink: int = 4) -> KVCache:
+    """StreamingLLM (Xiao et al., 2024), as kvpress's ``StreamingLLMPress``: the first
+    ``n_sink`` tokens (attention sinks) plus the most recent ``budget - n_sink``.
+
+    Scores by original position, sinks above everything, so it also works on a
+    cache that was already compressed.
+    """
+    del stats
+    pos = cache.positions
+    big = jnp.int32(2 ** 30)
+    scores = jnp.where(pos < n_sink, big - pos, pos).astype(jnp.float32)
+    return compact(cache, scores, budget)
+
+
+register("full", Policy(full, evicts=False))
+register("streaming_llm", Policy(streaming_llm))

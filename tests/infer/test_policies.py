@@ -1,0 +1,147 @@
+"""lab.infer.policies: compaction, StreamingLLM, decoding on an evicted cache, stats."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lab import infer
+from lab.infer import engine, policies
+from lab.nn import KVCache, Transformer, TransformerConfig
+
+CFG = TransformerConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                        head_dim=16, d_ff=128, max_len=48, rope_theta=5000.0, init_std=0.5)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Transformer(CFG, rngs=nnx.Rngs(0))
+
+
+def prompt_batch(lengths, seed=1):
+    t = max(lengths)
+    x = np.array(jax.random.randint(jax.random.key(seed), (len(lengths), t), 1, 64))
+    for b, n in enumerate(lengths):
+        x[b, n:] = 0
+    return x.astype(np.int32), np.array(lengths, np.int32)
+
+
+def test_compact_keeps_the_top_budget_per_head_in_slot_order():
+    rng = np.random.default_rng(0)
+    shape = (2, 2, 3, 7)                                  # L, B, Hkv, C
+    positions = np.tile(np.arange(7) * 2, shape[:3] + (1,)).astype(np.int32)
+    positions[:, 1, :, 5:] = -1                           # row 1 holds 5 entries
+    keys = rng.normal(size=shape + (4,)).astype(np.float32)
+    values = rng.normal(size=shape + (4,)).astype(np.float32)
+    scores = rng.normal(size=shape).astype(np.float32)
+    cache = KVCache(jnp.asarray(keys), jnp.asarray(values), jnp.asarray(positions),
+                    jnp.array([7, 5], jnp.int32))
+    out = policies.compact(cache, jnp.asarray(scores), jnp.array([3, 4]))
+    np.testing.assert_array_equal(out.length, [3, 4])
+    for idx in np.ndindex(*shape[:3]):
+        budget = (3, 4)[idx[1]]
+        valid = np.flatnonzero(positions[idx] >= 0)
+        top = np.sort(valid[np.argsort(-scores[idx][valid], kind="stable")[:budget]])
+        np.testing.assert_array_equal(out.positions[idx][:budget], positions[idx][top])
+        np.testing.assert_array_equal(out.keys[idx][:budget], keys[idx][top])
+        np.testing.assert_array_equal(out.values[idx][:budget], values[idx][top])
+        assert np.all(np.asarray(out.positions[idx][budget:]) == -1)
+        assert np.all(np.asarray(out.keys[idx][budget:]) == 0)
+
+
+def test_streaming_llm_keeps_sinks_and_recent(model):
+    x, lens = prompt_batch([20, 13])
+    _, cache = infer.prefill(model, x, lengths=lens, policy="streaming_llm", ratio=0.5)
+    # kvpress's rule: int(T * (1 - ratio)) = 10 and 6 kept per KV head.
+    assert cache.capacity == 10
+    np.testing.assert_array_equal(cache.length, [10, 6])
+    want = {0: [0, 1, 2, 3, 14, 15, 16, 17, 18, 19], 1: [0, 1, 2, 3, 11, 12]}
+    for b, kept in want.items():
+        got = np.asarray(cache.positions[:, b])            # [L, Hkv, C]
+        np.testing.assert_array_equal(got[..., :len(kept)],
+                                      np.broadcast_to(kept, got.shape[:2] + (len(kept),)))
+        assert np.all(got[..., len(kept):] == -1)
+
+
+def per_head_subset(cache, stats, budget):
+    """Test policy: a fixed pseudo-random kept set per (row, KV head), the same in every layer."""
+    del stats
+    head = jnp.arange(cache.positions.shape[2])[None, None, :, None]
+    row = jnp.arange(cache.positions.shape[1])[None, :, None, None]
+    scores = jnp.sin(cache.positions * (1.7 + head) + row)
+    return policies.compact(cache, scores, budget)
+
+
+SUBSET = policies.register("test_per_head_subset", per_head_subset)
+
+
+def test_decoding_on_an_evicted_cache_uses_the_stored_positions(model):
+    lens, n, ratio = (12, 9), 6, 0.4
+    x, lengths = prompt_batch(lens, seed=2)
+    gen = infer.generate(model, x, lengths=lengths, max_new_tokens=n,
+                         policy="test_per_head_subset", ratio=ratio)
+    _, cache = infer.prefill(model, x, lengths=lengths, policy=SUBSET, ratio=ratio)
+    kept = np.asarray(cache.positions)                     # [L, B, Hkv, C]
+    assert np.all(kept[0] == kept[1])                      # same set in both layers
+    assert not np.array_equal(kept[0, :, 0], kept[0, :, 1])  # but different per head
+    # Reference: the full forward over prompt + generated tokens with attention
+    # from generated positions restricted to the kept prompt entries per KV head.
+    s = max(lens) + n
+    seq = np.zeros((2, s), np.int32)
+    mask = np.zeros((2, CFG.n_kv_heads, s, s), bool)
+    for b, t in enumerate(lens):
+        seq[b, :t], seq[b, t:t + n] = x[b, :t], np.asarray(gen.tokens[b])
+        mask[b, :, :t, :] = True                           # prompt queries: full causal
+        for h in range(CFG.n_kv_heads):
+            keep = kept[0, b, h][kept[0, b, h] >= 0]
+            assert len(keep) == int(t * (1 - ratio))
+            mask[b, h, t:, keep] = True
+            mask[b, h, t:, t:] = True
+    logits = np.asarray(model(jnp.asarray(seq), mask=jnp.asarray(mask)))
+    ref = np.stack([logits[b, t - 1:t - 1 + n] for b, t in enumerate(lens)])
+    np.testing.assert_array_equal(gen.tokens, ref.argmax(-1))
+    ref_lp = np.take_along_axis(jax.nn.log_softmax(ref), np.asarray(gen.tokens)[..., None], -1)
+    np.testing.assert_allclose(gen.logprobs, ref_lp[..., 0], atol=1e-4)
+    # Without the restriction the tokens would differ: the test can see eviction.
+    full = np.asarray(model(jnp.asarray(seq)))
+    full = np.stack([full[b, t - 1:t - 1 + n] for b, t in enumerate(lens)])
+    assert np.abs(full - ref).max() > 1e-3
+
+
+def test_stats_hold_what_scorers_need(model):
+    x, lens = prompt_batch([9, 6], seed=3)
+    seen = {}
+
+    def spy(cache, stats, budget):
+        seen.update(cache=cache, stats=stats)
+        return cache
+
+    pol = policies.Policy(spy, needs=("attn_colsum", "queries", "attn"), window=4)
+    engine._prefill(model, jnp.asarray(x), jnp.asarray(lens), jnp.asarray(lens), policy=pol,
+                    kwargs=(), window=4, capacity=9, hidden=False)
+    stats, cache = seen["stats"], seen["cache"]
+    assert stats.queries.shape == (2, 2, 4, 4, 16)         # [L, B, H, W, hd]
+    np.testing.assert_array_equal(stats.query_positions, [[5, 6, 7, 8], [2, 3, 4, 5]])
+    window = policies.window_attention(cache, stats)       # [L, B, H, W, C]
+    for b, t in enumerate(lens):
+        _, inter = model(jnp.asarray(x[b:b + 1, :t]), capture=("attn", "attn_colsum"))
+        # Padding queries add nothing: the column sums are the unpadded row's.
+        np.testing.assert_allclose(stats.attn_colsum[:, b, :, :t], inter.attn_colsum[:, 0],
+                                   atol=1e-5)
+        assert float(jnp.abs(stats.attn_colsum[:, b, :, t:]).max(initial=0.0)) == 0.0
+        np.testing.assert_allclose(stats.attn[:, b, :, :t, :t], inter.attn[:, 0], atol=1e-5)
+        # Window queries (after RoPE) reproduce the model's last-query attention.
+        np.testing.assert_allclose(window[:, b, :, :, :t], inter.attn[:, 0, :, t - 4:], atol=1e-5)
+
+
+def test_registry_rules():
+    assert {"full", "streaming_llm"} <= set(policies.names())
+    assert policies.get("streaming_llm").needs == ()
+    with pytest.raises(ValueError, match="already registered"):
+        policies.register("streaming_llm", lambda c, s, b: c)
+    with pytest.raises(ValueError, match="needs"):
+        policies.Policy(lambda c, s, b: c, needs=("logits",))
+    with pytest.raises(ValueError, match="unknown cache policy 'h2o'; known policies"):
+        policies.get("h2o")
+    assert policies.budgets([10, 7, 3], 0.5) == [5, 3, 1]
