@@ -14,14 +14,18 @@ BF16_ATOL = 2e-2
 
 
 def inputs(b, h, hkv, t, s, d, dtype=jnp.float32, seed=0):
-    ks = jax.random.split(jax.random.key(seed), 5)
-    q = jax.random.normal(ks[0], (b, h, t, d), jnp.float32).astype(dtype)
-    k = jax.random.normal(ks[1], (b, hkv, s, d), jnp.float32).astype(dtype)
-    v = jax.random.normal(ks[2], (b, hkv, s, d), jnp.float32).astype(dtype)
-    mask = jax.random.bernoulli(ks[3], 0.7, (b, hkv, t, s))  # a per-KV-head mask
-    mask = mask.at[:, :, 2].set(False)  # query row 2 sees no key in any head
-    bias = jax.random.normal(ks[4], (b, h, t, s))
-    return q, k, v, mask, bias
+    """numpy-drawn q, k, v (in ``dtype``), a per-KV-head mask with row 2 empty, a bias."""
+    r = np.random.default_rng(seed)
+    q, k, v = (jnp.asarray(r.normal(size=shape), dtype)
+               for shape in ((b, h, t, d), (b, hkv, s, d), (b, hkv, s, d)))
+    mask = r.random((b, hkv, t, s)) < 0.7
+    mask[:, :, 2:3] = False  # query row 2 (when T > 2) sees no key in any head
+    return q, k, v, mask, r.normal(size=(b, h, t, s)).astype(np.float32)
+
+
+# The reference, jitted once per shape (eager op-by-op dispatch would dominate the test time).
+reference = jax.jit(A.reference, static_argnames=("sm_scale", "causal", "return_probs",
+                                                  "return_colsum"))
 
 
 def kernel(q, k, v, **kw):
@@ -43,7 +47,7 @@ def test_kernel_matches_reference_float32(shape, masked):
     q, k, v, mask, bias = inputs(*shape)
     kw = dict(mask=mask, bias=bias) if masked else {}
     out, colsum = kernel(q, k, v, return_colsum=True, **kw)
-    ref_out, ref_colsum = A.reference(q, k, v, return_colsum=True, **kw)
+    ref_out, ref_colsum = reference(q, k, v, return_colsum=True, **kw)
     assert out.shape == q.shape and colsum.shape == (shape[0], shape[1], shape[4])
     assert_close(out, ref_out, F32_ATOL)
     assert_close(colsum, ref_colsum, F32_ATOL)
@@ -57,7 +61,7 @@ def test_kernel_matches_reference_float32(shape, masked):
 def test_kernel_bfloat16():
     q, k, v, mask, bias = inputs(1, 4, 2, 13, 21, 16, dtype=jnp.bfloat16)
     out, colsum = kernel(q, k, v, mask=mask, bias=bias, return_colsum=True)
-    ref_out, ref_colsum = A.reference(q, k, v, mask=mask, bias=bias, return_colsum=True)
+    ref_out, ref_colsum = reference(q, k, v, mask=mask, bias=bias, return_colsum=True)
     assert out.dtype == jnp.bfloat16
     assert_close(out, ref_out, BF16_ATOL)
     assert_close(colsum, ref_colsum, BF16_ATOL)
@@ -74,7 +78,7 @@ def test_mask_and_bias_broadcast_forms(form):
         lengths = np.array([7, 19])[:, None, None, None]
         kw = dict(mask=np.arange(s)[None, None, None, :] < lengths, bias=r.normal(size=(t, s)))
     out, colsum = kernel(q, k, v, return_colsum=True, **kw)
-    ref_out, ref_colsum = A.reference(q, k, v, return_colsum=True, **kw)
+    ref_out, ref_colsum = reference(q, k, v, return_colsum=True, **kw)
     assert_close(out, ref_out, F32_ATOL)
     assert_close(colsum, ref_colsum, F32_ATOL)
 
@@ -85,7 +89,7 @@ def test_causal_flag_equals_explicit_mask(t, s):
     q, k, v, _, _ = inputs(1, 2, 1, t, s, 8, seed=5)
     tri = np.arange(t)[:, None] + (s - t) >= np.arange(s)[None, :]
     out, colsum = kernel(q, k, v, causal=True, return_colsum=True)
-    ref_out, ref_colsum = A.reference(q, k, v, mask=tri, return_colsum=True)
+    ref_out, ref_colsum = reference(q, k, v, mask=tri, return_colsum=True)
     assert_close(out, ref_out, F32_ATOL)
     assert_close(colsum, ref_colsum, F32_ATOL)
 
@@ -94,11 +98,23 @@ def test_default_blocks_and_sm_scale():
     # Default (GPU-sized) tiles, a non-default logit scale, under an outer jit.
     q, k, v, mask, bias = inputs(1, 2, 1, 40, 70, 24, seed=7)
     fn = jax.jit(lambda *a: A.attention(*a, mask=mask, sm_scale=0.3, impl="pallas"))
-    assert_close(fn(q, k, v), A.reference(q, k, v, mask=mask, sm_scale=0.3), F32_ATOL)
+    assert_close(fn(q, k, v), reference(q, k, v, mask=mask, sm_scale=0.3), F32_ATOL)
 
 
 CFG = TransformerConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                         head_dim=16, d_ff=128, max_len=32)
+
+
+@nnx.jit
+def forward(model, tokens, pad):
+    return model(tokens, mask=pad, capture=("attn_colsum",))
+
+
+@nnx.jit
+def prefill_then_decode(model, tokens, cache):
+    _, cache = model(tokens[:, :-1], cache=cache)
+    logits, _ = model(tokens[:, -1:], cache=cache)  # T=1 against a per-KV-head position mask
+    return logits
 
 
 def test_transformer_pallas_logits_equal_xla():
@@ -107,16 +123,13 @@ def test_transformer_pallas_logits_equal_xla():
                       rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, CFG.vocab_size)
     pad = jnp.arange(12)[None, :] < jnp.array([12, 9])[:, None]  # row 1 padded at the end
-    want, want_inter = xla(tokens, mask=pad, capture=("attn_colsum",))
-    got, got_inter = pal(tokens, mask=pad, capture=("attn_colsum",))
+    want, want_inter = forward(xla, tokens, pad)
+    got, got_inter = forward(pal, tokens, pad)
     assert float(jnp.abs(got - want).max()) <= 1e-4
     assert_close(got_inter.attn_colsum, want_inter.attn_colsum, 1e-4)
-    # One decode step on a cache: T=1 against a per-KV-head position mask.
     cache = KVCache.init(CFG, batch=2, capacity=16)
-    _, cx = xla(tokens[:, :8], cache=cache)
-    _, cp = pal(tokens[:, :8], cache=cache)
-    lx, _ = xla(tokens[:, 8:9], cache=cx)
-    lp, _ = pal(tokens[:, 8:9], cache=cp)
+    lx = prefill_then_decode(xla, tokens[:, :9], cache)
+    lp = prefill_then_decode(pal, tokens[:, :9], cache)
     assert float(jnp.abs(lp - lx).max()) <= 1e-4
 
 
@@ -130,7 +143,7 @@ def test_lab_kernels_env_overrides_automatic_choice(monkeypatch):
 
     monkeypatch.setattr(A, "flash_attention", spy)
     q, k, v, mask, _ = inputs(1, 2, 1, 5, 9, 8)
-    ref = A.reference(q, k, v, mask=mask)
+    ref = reference(q, k, v, mask=mask)
     monkeypatch.setenv("LAB_KERNELS", "pallas")
     assert_close(A.attention(q, k, v, mask=mask), ref, F32_ATOL)
     assert calls == [jax.default_backend() == "cpu"]
