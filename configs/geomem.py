@@ -1,0 +1,99 @@
+"""Geometric memorization: log-dimension memorisation of random bijections.
+
+Run:
+  python -m experiments.geomem --config=configs/geomem.py:default --workdir=/tmp/geomem
+
+Presets: ``test`` (seconds, used by the tests), ``default`` (a few minutes on a
+two-core CPU: construction up to N=16384, training at N in {256, 1024, 4096}),
+``paper`` (larger N, more relations, longer training; a GPU host).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from lab.config import check_preset
+
+
+def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
+    preset = check_preset(preset)
+    c = ml_collections.ConfigDict()
+    c.preset = preset
+    c.seed = 0
+    c.n_relations = 2
+    c.target_accuracy = 0.99
+
+    # Closed-form construction: subject dimension m searched on m_grid per N.
+    c.construction = ml_collections.ConfigDict()
+    c.construction.ns = [16, 64, 256, 1024, 4096]
+    c.construction.m_grid = list(range(4, 129, 2))
+
+    # Gradient-descent training of the one-layer model (bisection over d_grid per N).
+    c.train = ml_collections.ConfigDict()
+    c.train.ns = [256, 1024, 4096]
+    c.train.d_grid = [2, 3, 4, 5, 6, 8, 10, 12, 16]
+    c.train.hidden_mult = 4
+    c.train.steps = 2000
+    c.train.segment = 250
+    c.train.learning_rate = 1e-2
+    c.train.batch_size = 1024
+
+    # Probes and transfer on a model trained to convergence (all probe.steps, weight
+    # decay) at N = probe.n, width probe.d; the search's early-stopped models are probed too.
+    c.probe = ml_collections.ConfigDict()
+    c.probe.n = 1024
+    c.probe.d = 16
+    c.probe.steps = 2000
+    c.probe.weight_decay = 0.1
+    c.probe.transfer_steps = 500
+
+    # Multi-hop: construction up to max_hops at n; training two-hop at train_n over d_grid.
+    c.multihop = ml_collections.ConfigDict()
+    c.multihop.n = 1024
+    c.multihop.max_hops = 3
+    c.multihop.m_grid = list(range(4, 257, 4))
+    c.multihop.train_n = 256
+    c.multihop.d_grid = [4, 6, 8, 12, 16]
+
+    # Claim thresholds (stated in results.json next to each claim).
+    c.claims = ml_collections.ConfigDict()
+    c.claims.log_fit_r2 = 0.9
+    c.claims.superposition_r2 = 0.9
+    c.claims.gating_selectivity = 0.5
+    c.claims.zero_shot_accuracy = 0.9
+    c.claims.refit_margin = 0.1
+
+    if preset == "test":
+        c.construction.ns = [16, 64, 256]
+        c.construction.m_grid = list(range(4, 65, 4))
+        c.train.ns = [32, 64, 128]
+        c.train.d_grid = [4, 8, 16]
+        c.train.steps = 600
+        c.train.segment = 200
+        c.train.learning_rate = 3e-2
+        c.probe.n = 128
+        c.probe.d = 8
+        c.probe.steps = 400
+        c.probe.transfer_steps = 200
+        c.multihop.n = 128
+        c.multihop.max_hops = 2
+        c.multihop.m_grid = list(range(4, 129, 8))
+        c.multihop.train_n = 32
+        c.multihop.d_grid = [4, 8]
+    elif preset == "paper":
+        c.n_relations = 4
+        c.construction.ns = [256, 1024, 4096, 16384, 65536]
+        c.construction.m_grid = list(range(8, 513, 4))
+        c.train.ns = [256, 1024, 4096, 16384]
+        c.train.d_grid = [4, 6, 8, 12, 16, 24, 32, 48, 64]
+        c.train.steps = 20000
+        c.train.batch_size = 4096
+        c.probe.n = 4096
+        c.probe.d = 32
+        c.probe.steps = 20000
+        c.probe.transfer_steps = 2000
+        c.multihop.n = 4096
+        c.multihop.m_grid = list(range(8, 2049, 8))
+        c.multihop.train_n = 1024
+        c.multihop.d_grid = [8, 12, 16, 24, 32, 48]
+    return c

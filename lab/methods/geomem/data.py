@@ -1,0 +1,79 @@
+"""Random bijections and relational queries (geometric memorization's controlled setting).
+
+``N`` entities serve both as subjects and as attributes; each of ``R``
+relations is a uniformly random bijection ``pi_r: [N] -> [N]``. A one-hop query
+is ``(s, r)`` with answer ``pi_r(s)``; an ``L``-hop chain ``c = (r_1, ..., r_L)``
+asks ``pi_{r_L}(... pi_{r_1}(s))`` ("the mother of the wife of x").
+
+Token layout of a query (used by :class:`~lab.methods.geomem.model.OneLayer`):
+entity ids ``0..N-1``, then one relation token per (hop, relation):
+``N + hop * R + r``. A query is ``[s, rel(0, r_1), ..., rel(L-1, r_L)]``; the
+hop index is part of the token so that a bag of tokens still says the order.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def check_sizes(n: int, r: int, hops: int = 1) -> None:
+    """Raises ValueError unless ``n >= 2``, ``r >= 1`` and ``hops >= 1`` are ints."""
+    for name, value, low in (("n_entities", n, 2), ("n_relations", r, 1), ("hops", hops, 1)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name}={value!r}; expected an int >= {low}")
+
+
+def bijections(key: jax.Array, n: int, r: int) -> jax.Array:
+    """Returns ``[R, N]`` int32: row ``r`` is a uniformly random permutation ``pi_r``."""
+    check_sizes(n, r)
+    keys = jax.random.split(key, r)
+    return jax.vmap(lambda k: jax.random.permutation(k, n))(keys).astype(jnp.int32)
+
+
+def chains(r: int, hops: int) -> np.ndarray:
+    """Every chain of ``hops`` relations, ``[R**hops, hops]`` int32, lexicographic order."""
+    check_sizes(2, r, hops)
+    return np.asarray(list(itertools.product(range(r), repeat=hops)), np.int32).reshape(-1, hops)
+
+
+def compose(perms: jax.Array, chain_list: np.ndarray) -> jax.Array:
+    """Composite maps ``[C, N]``: row ``c`` is ``pi_{c_L} o ... o pi_{c_1}``."""
+    n = perms.shape[1]
+    out = []
+    for chain in np.asarray(chain_list):
+        m = jnp.arange(n, dtype=jnp.int32)
+        for rel in chain:
+            m = perms[int(rel)][m]
+        out.append(m)
+    return jnp.stack(out)
+
+
+def relation_token(n: int, r: int, hop, rel):
+    """Token id of relation ``rel`` asked at hop ``hop``."""
+    return n + hop * r + rel
+
+
+def vocab_size(n: int, r: int, hops: int) -> int:
+    return n + hops * r
+
+
+def queries(perms: jax.Array, hops: int = 1) -> tuple[jax.Array, jax.Array, np.ndarray]:
+    """Every ``hops``-hop query over all subjects and chains.
+
+    Returns:
+      ``tokens [C*N, 1+hops]`` (chain-major: rows ``c*N .. c*N+N-1`` ask chain
+      ``c`` of every subject), ``answers [C*N]`` and the chain list ``[C, hops]``.
+    """
+    r, n = perms.shape
+    chain_list = chains(r, hops)
+    answers = compose(perms, chain_list)  # [C, N]
+    c = len(chain_list)
+    subj = jnp.tile(jnp.arange(n, dtype=jnp.int32), c)
+    rel_tok = [jnp.repeat(relation_token(n, r, hop, jnp.asarray(chain_list[:, hop])), n)
+               for hop in range(hops)]
+    tokens = jnp.stack([subj, *rel_tok], axis=1).astype(jnp.int32)
+    return tokens, answers.reshape(-1), chain_list
