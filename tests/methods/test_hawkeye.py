@@ -105,3 +105,19 @@ def test_bad_inputs():
         hk.search(hk.Workload("conv", (1, 1, 1)), "hopper", budget=2)
     with pytest.raises(ValueError, match="budget=0"):
         hk.search(W, "hopper", budget=0, cost=Synthetic())
+
+
+def test_roofline_cost_ranks_the_strategies_it_models():
+    from kernels_pallas.taxonomy import strategies as strat
+
+    cost = hk.RooflineCost("hopper")
+    assert cost.kind == "analytic" and cost.baseline(W) is None     # never a speed claim
+    expert, untiled = strat.get("tiling").params["hopper"], strat.UNTILED
+    assert cost(W, expert) < cost(W, untiled) / 4                   # tiling pays off
+    assert cost(W, dict(expert, num_stages=1)) > cost(W, expert)    # pipelining overlaps
+    assert cost(W, dict(expert, fuse_epilogue=False)) > cost(W, expert)
+    huge = dict(expert, block_m=256, block_n=256, block_k=128, num_stages=4)
+    assert math.isinf(cost(W, huge))                                # shared memory overflow
+    skinny = hk.Workload("matmul", (64, 64, 65536), "bfloat16")
+    tiles = dict(expert, block_m=64, block_n=64)
+    assert cost(skinny, dict(tiles, split_k=8)) < cost(skinny, tiles)  # split-K fills the GPU
