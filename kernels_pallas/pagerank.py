@@ -154,7 +154,12 @@ def _barrier(compiled_gpu: bool):
 
 
 def _kernel(p_ref, v_ref, pi_ref, new_ref, *, alpha, iters, tol, block, n_blocks, gpu):
-    pi_ref[...] = v_ref[...]
+    def init(c, carry):  # block by block: Triton loads power-of-two shapes, n_p may not be one
+        cs = pl.ds(c * block, block)
+        pi_ref[cs] = v_ref[cs]
+        return carry
+
+    lax.fori_loop(0, n_blocks, init, 0)
     _barrier(gpu)
 
     def one_step():
