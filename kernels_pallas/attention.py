@@ -14,7 +14,7 @@ jax's ``jax/experimental/pallas/ops/gpu/attention.py``: a grid over
 softmax (running max ``m``, normaliser ``l``, unnormalised accumulator), GQA by
 mapping query head ``h`` to KV head ``h // (H // Hkv)`` in the BlockSpec index
 map. Mask and bias are read block by block through their own BlockSpecs
-(batch/head axes of size 1 are never materialised). ``T`` and ``S`` are padded
+(their batch, head and query axes stay at size 1 when given so). ``T`` and ``S`` are padded
 to block multiples inside the wrapper and padded keys are masked in the kernel.
 
 Column sums over queries, ``sum_t p[t, s]``, need each row's final normaliser,
@@ -23,11 +23,14 @@ pass also writes the row log-sum-exp ``lse = m + log l`` and a second Pallas
 pass (grid over ``(batch, head, k-block)``, loop over q-blocks) recomputes the
 logits of its key block and sums ``exp(s - lse)`` over the queries: one extra
 ``QK^T`` instead of a materialised ``[T, S]`` probability matrix (the way H2O
-and SnapKV-style statistics are gathered without storing attention).
+and SnapKV-style statistics are gathered without storing attention). A query
+row with no allowed key gets ``lse = +inf`` and adds nothing.
 
 On GPU the kernel is lowered with the Triton backend (explicit
 ``pallas.triton.CompilerParams``; the Mosaic GPU backend wants ``plgpu.kernel``
-style kernels); on CPU it runs with ``interpret=True``.
+style kernels); on CPU it runs with ``interpret=True``. The tests run the
+interpreter; the compiled GPU/TPU paths have not been run on hardware yet (TPU's
+Mosaic also constrains block shapes more than Triton does).
 """
 
 from __future__ import annotations
