@@ -24,7 +24,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict(dict(
         n_neurons=64, ring_k=4, beta=0.9, threshold=1.0, period=8, window=16, delay=2,
-        slope=5.0, spike_penalty=0.5, snn_drive=1.0, osc_drive=0.05,
+        slope=5.0, spike_penalty=0.5, oscillator_weight=1.0, snn_drive=1.0, osc_drive=0.05,
     ))
     c.binding = ml_collections.ConfigDict(dict(
         size=8, radius=2, steps=64, drive=0.2, batch=16, train_steps=150, learning_rate=0.02,

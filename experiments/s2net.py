@@ -159,8 +159,10 @@ def run(config, workdir: str) -> dict:
     for task in TASKS:
         t = config[task]
         batch_fn, evals, n_in, n_out = _task_data(task, config)
-        make_loss = s2.binding_loss if task == "binding" else s2.classify_loss
-        loss = make_loss(config.model.spike_penalty)
+        if task == "binding":
+            loss = s2.binding_loss(config.model.spike_penalty, config.model.oscillator_weight)
+        else:
+            loss = s2.classify_loss(config.model.spike_penalty)
         table[task] = {}
         for kind in MODELS:
             t0 = time.time()

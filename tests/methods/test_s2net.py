@@ -110,3 +110,20 @@ def test_energy_proxy_counts():
     sync = metrics.snn_energy(10.0, n_neurons=4, steps=5, recurrent_fanout=2.0, n_out=3,
                               sync=True, coupling_fanout=2.0)
     assert sync["mac"] == pytest.approx(20 + 3 * 20 + 2 * 20 * 2.0)
+
+
+def test_binding_loss_adds_the_oscillator_term_only_for_s2net():
+    batch = s2.binding_batch(seed=0, index=0, batch=2, size=8, steps=16)
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    key = jax.random.key(0)
+    model = _hand_built(True)
+    out = model(batch["inputs"], key=key)
+    base, _ = s2.binding_loss(0.0, 0.0)(model, batch, key)
+    with_osc, aux = s2.binding_loss(0.0, 1.0)(model, batch, key)
+    expected = float(s2.pair_phase_loss(out["osc_emb"], batch["labels"]))
+    assert float(with_osc) - float(base) == pytest.approx(expected, abs=1e-5)
+    assert float(aux["phase_loss"]) == pytest.approx(float(base), abs=1e-6)
+    snn = _hand_built(False)
+    a, _ = s2.binding_loss(0.0, 0.0)(snn, batch, key)
+    b, _ = s2.binding_loss(0.0, 1.0)(snn, batch, key)
+    assert float(a) == pytest.approx(float(b))  # no oscillators, no extra term

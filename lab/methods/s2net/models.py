@@ -172,7 +172,9 @@ class S2Net(_Encoded):
 
     def __call__(self, inputs: jax.Array, *, key: jax.Array) -> dict:
         """Returns ``emb`` [B, N, 2] (softly normalised windowed spike phasor), ``phase``
-        [B, N], ``rates`` [B, N], ``spikes`` [B] (count), ``logits`` [B, C] if a readout."""
+        [B, N], ``rates`` [B, N], ``spikes`` [B] (count), ``logits`` [B, C] if a readout,
+        ``osc_emb`` [B, N, 2] (cos, sin of the final oscillator phases) with ``sync``,
+        and ``raw`` (the scan's :class:`ScanOut`)."""
         x = self.currents(inputs)
         t_len, b, n = x.shape
         v0, psi0 = _initial_state(key, b, n, self.dynamics.threshold)
@@ -188,6 +190,8 @@ class S2Net(_Encoded):
         result = {"emb": z * lax.rsqrt((z * z).sum(-1, keepdims=True) + 1.0),
                   "phase": jnp.arctan2(z[..., 1], z[..., 0]), "rates": rates,
                   "spikes": out.spikes.sum((0, 2)), "raw": out}
+        if self.sync:  # the top-down oscillators' phases (a training signal, not the readout)
+            result["osc_emb"] = jnp.stack([jnp.cos(out.psi[-1]), jnp.sin(out.psi[-1])], -1)
         if self.readout is not None:
             result["logits"] = self.readout(rates)
         return result

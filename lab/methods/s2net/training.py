@@ -35,11 +35,16 @@ def pair_phase_loss(emb: jax.Array, labels: jax.Array, n_groups: int = 2) -> jax
     return jnp.sum(jnp.where(mask, 0.5 * (1.0 - target * sim), 0.0)) / jnp.maximum(mask.sum(), 1)
 
 
-def binding_loss(spike_penalty: float = 0.0) -> Callable:
-    """Trainer loss for binding: :func:`pair_phase_loss` plus ``spike_penalty`` times the
-    mean firing rate (zero for non-spiking models). Without the penalty a surrogate-
-    gradient SNN can drift into runaway excitation (every neuron firing every step),
-    where phases carry no information.
+def binding_loss(spike_penalty: float = 0.0, oscillator_weight: float = 0.0) -> Callable:
+    """Trainer loss for binding: :func:`pair_phase_loss` of the spike phases, plus
+    ``oscillator_weight`` times the same loss on S²-Net's top-down oscillator phases
+    (``osc_emb``; models without oscillators ignore it), plus ``spike_penalty`` times the
+    mean firing rate (zero for non-spiking models).
+
+    The rate penalty keeps a surrogate-gradient SNN out of runaway excitation (every
+    neuron firing every step, where phases carry no information). The oscillator term
+    gives the couplings a gradient that does not have to pass through spike timing;
+    ARI is always measured on the spike phases.
 
     Returns ``loss_fn(model, batch, rng) -> (loss, {"loss", "phase_loss", "spikes"})``.
     """
@@ -49,6 +54,8 @@ def binding_loss(spike_penalty: float = 0.0) -> Callable:
         phase = pair_phase_loss(out["emb"], batch["labels"])
         rate = out["rates"].mean() if "rates" in out else jnp.zeros(())
         loss = phase + spike_penalty * rate
+        if oscillator_weight and "osc_emb" in out:
+            loss = loss + oscillator_weight * pair_phase_loss(out["osc_emb"], batch["labels"])
         return loss, {"loss": loss, "phase_loss": phase, "spikes": out["spikes"].mean()}
 
     return loss_fn
