@@ -142,6 +142,11 @@ def run_gpu(config) -> list[dict]:
     rows = []
     for spec in config.gpu.workloads:
         w, _ = parse_workload(spec)
+        try:
+            hk.validate_target(w, target)
+        except ValueError as e:  # e.g. FP8 on Ampere: said, not faked
+            rows.append({"workload": spec, "status": f"not run: {e}"})
+            continue
         r = hk.search(w, target, budget=config.gpu.budget, cost=hk.MeasuredCost(
             config.gpu.repeats), seed=config.seed)
         best = r.best

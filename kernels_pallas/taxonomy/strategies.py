@@ -81,8 +81,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                   blackwell=dict(block_m=128, block_n=128, block_k=64, num_warps=8),
                   mi350=dict(block_m=128, block_n=128, block_k=64, num_warps=8)),
         UNTILED, (DOT,),
-        {"ampere": ("ld.shared",), "hopper": ("ld.shared",), "blackwell": ("ld.shared",),
-         "mi350": ("ds_read",)}),
+        {"ampere": (".shared",), "hopper": (".shared",), "blackwell": (".shared",),
+         "mi350": ("ds_",)}),
     Strategy(
         "pipelining", "latency hiding: the loads of K step i+1..i+s-1 overlap the MMA of step i "
         "(multi-buffered shared memory)",
