@@ -343,6 +343,43 @@ def flash_attention(q, k, v, *, mask=None, bias=None, sm_scale: float | None = N
     return out, colsum[:, :, :s]
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _flash_vjp(q, k, v, mask, bias, static):
+    return flash_attention(q, k, v, mask=mask, bias=bias, **dict(static))
+
+
+def _flash_vjp_fwd(q, k, v, mask, bias, static):
+    return _flash_vjp(q, k, v, mask, bias, static), (q, k, v, mask, bias)
+
+
+def _flash_vjp_bwd(static, res, g):
+    q, k, v, mask, bias = res
+    kw = {name: value for name, value in static if name != "interpret"}
+    _, vjp = jax.vjp(lambda q, k, v, bias: reference(q, k, v, mask=mask, bias=bias, **kw),
+                     q, k, v, bias)
+    dq, dk, dv, dbias = vjp(g)
+    return dq, dk, dv, None, dbias
+
+
+_flash_vjp.defvjp(_flash_vjp_fwd, _flash_vjp_bwd)
+
+
+def flash_attention_differentiable(q, k, v, *, mask=None, bias=None, sm_scale=None,
+                                   causal: bool = False, return_colsum: bool = False,
+                                   interpret: bool = False):
+    """:func:`flash_attention` with gradients for q, k, v and bias.
+
+    The forward pass is the Pallas kernel; the backward pass is the VJP of
+    :func:`reference` (it materialises the ``[T, S]`` probabilities: a Pallas
+    backward kernel, FlashAttention-2's Algorithm 2, is not written yet).
+    """
+    static = (("sm_scale", sm_scale), ("causal", causal), ("return_colsum", return_colsum),
+              ("interpret", interpret))
+    mask = None if mask is None else jnp.asarray(mask, bool)
+    bias = None if bias is None else jnp.asarray(bias)
+    return _flash_vjp(q, k, v, mask, bias, static)
+
+
 def attention(q, k, v, *, mask=None, bias=None, sm_scale=None, causal: bool = False,
               return_colsum: bool = False, impl: str | None = None):
     """Dispatching entry point: the Pallas kernel or the jnp reference.
@@ -352,9 +389,12 @@ def attention(q, k, v, *, mask=None, bias=None, sm_scale=None, causal: bool = Fa
     :func:`kernels_pallas.dispatch.backend`. ``"pallas"`` on CPU runs the kernel
     in interpret mode.
 
+    Both are differentiable in q, k, v and bias (the kernel's backward pass is
+    the reference's VJP, see :func:`flash_attention_differentiable`).
+
     Returns:
       ``out [B, H, T, D]``; with ``return_colsum`` also ``colsum [B, H, S]`` (float32).
     """
-    fn, _ = select(flash_attention, reference, impl)
+    fn, _ = select(flash_attention_differentiable, reference, impl)
     return fn(q, k, v, mask=mask, bias=bias, sm_scale=sm_scale, causal=causal,
               return_colsum=return_colsum)
