@@ -30,6 +30,21 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 
+def _is_key(x) -> bool:
+    return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def _unwrap_keys(tree):
+    """Typed PRNG key arrays (e.g. an ``nnx.Rngs`` stream) -> their uint32 key data."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _rewrap_keys(tree, like):
+    return jax.tree.map(
+        lambda x, ref: jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref))
+        if _is_key(ref) else x, tree, like)
+
+
 def tree_signature(tree) -> list[list]:
     """Returns ``[[path, shape, dtype], ...]`` for the leaves of ``tree`` (JSON-able)."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
@@ -67,6 +82,7 @@ class RunCheckpoints:
 
     def save(self, step: int, state: Any, meta: dict) -> None:
         """Saves ``state`` (a pytree of arrays) and ``meta`` (JSON) as ``step``; blocks."""
+        state = _unwrap_keys(state)
         meta = dict(meta, step=int(step), signature=tree_signature(state),
                     digest=tree_digest(state))
         self.manager.save(step, args=ocp.args.Composite(
@@ -86,7 +102,7 @@ class RunCheckpoints:
         Raises:
           ValueError: a checkpoint's tree signature differs from ``target``'s.
         """
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _unwrap_keys(target))
         want = tree_signature(abstract)
         for step in reversed(self.steps()):
             path = os.path.join(self.directory, str(step))
@@ -110,7 +126,7 @@ class RunCheckpoints:
             except Exception as e:  # noqa: BLE001
                 self._set_aside(step, path, e)
                 continue
-            return step, state, meta
+            return step, _rewrap_keys(state, target), meta
         return None
 
     def _set_aside(self, step: int, path: str, error: Exception) -> None:

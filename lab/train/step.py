@@ -40,6 +40,9 @@ def _loss_and_state(graphdef, loss_fn, pass_rng):
     """Returns ``f(params, rest, batch, key) -> (loss, (metrics, new_rest))``."""
 
     def f(params, rest, batch, key):
+        # Fresh Variable objects at this trace level: NNX refuses to mutate (e.g. an RNG
+        # stream's count) a Variable created in an outer trace.
+        rest = jax.tree.map(lambda x: x, rest)
         model = nnx.merge(graphdef, params, rest)
         out = loss_fn(model, batch, rng=key) if pass_rng else loss_fn(model, batch)
         if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):

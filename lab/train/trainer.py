@@ -112,13 +112,12 @@ class Trainer:
                 os.makedirs(self.workdir, exist_ok=True)
                 ckpt = RunCheckpoints(os.path.join(self.workdir, "checkpoints"),
                                       cfg.keep_checkpoints)
-                target = {"params": params, "rest": rest, "opt_state": opt_state,
-                          "rng": jax.random.key_data(key)}
+                target = {"params": params, "rest": rest, "opt_state": opt_state, "rng": key}
                 restored = ckpt.restore_latest(target)
                 if restored is not None:
                     start, state, meta = restored
                     params, rest, opt_state = state["params"], state["rest"], state["opt_state"]
-                    key = jax.random.wrap_key_data(state["rng"])
+                    key = state["rng"]
                     self._check_resume(meta, start)
                 self.history = self._truncate_metrics(start)
                 log_file = open(self.metrics_path, "a")  # noqa: SIM115 - closed in finally
@@ -149,8 +148,7 @@ class Trainer:
                                                    and done % cfg.checkpoint_every == 0)):
                     os.fsync(log_file.fileno())  # metrics up to `done` are durable first
                     ckpt.save(done, {"params": params, "rest": rest, "opt_state": opt_state,
-                                     "rng": jax.random.key_data(key)},
-                              {"config": cfg.to_dict()})
+                                     "rng": key}, {"config": cfg.to_dict()})
                 bar.update(1)
             bar.close()
         finally:

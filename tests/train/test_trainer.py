@@ -11,6 +11,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from lab.train import TrainConfig, Trainer, sft_loss
 from tests.train import train_job
@@ -195,3 +196,41 @@ def test_policy_gradient_training_moves_logprobs_with_the_advantage():
     after = np.asarray(token_logprobs(model, batch["inputs"], batch["targets"]))
     change = ((after - before) * batch["mask"]).sum(1) / batch["mask"].sum(1)
     assert np.all(change[[0, 2]] > 0) and np.all(change[[1, 3]] < 0), change
+
+
+class DropoutNet(nnx.Module):
+    """A tiny LM whose state holds an RNG stream (dropout): the Trainer must carry and save it."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.embed = nnx.Embed(16, 8, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(8, 16, rngs=rngs)
+
+    def __call__(self, x, mask=None, positions=None):
+        return self.out(self.drop(self.embed(x)))
+
+
+def test_crash_and_resume_with_rng_state_in_the_model(tmp_path):
+    cfg = train_job.TRAIN.replace(steps=6, checkpoint_every=2, warmup_steps=0)
+    ref = Trainer(DropoutNet(nnx.Rngs(0, dropout=1)), sft_loss, cfg).fit(train_job.batch_fn)
+
+    def flat(model):  # every leaf of the model's state, PRNG keys as their key data
+        return [np.asarray(jax.random.key_data(x)
+                           if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+                for x in jax.tree.leaves(nnx.state(model))]
+
+    ref_state = flat(ref)
+
+    def crashing(step):
+        if step == 3:
+            raise RuntimeError("simulated crash")
+        return train_job.batch_fn(step)
+
+    workdir = str(tmp_path / "run")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(DropoutNet(nnx.Rngs(0, dropout=1)), sft_loss, cfg, workdir=workdir).fit(crashing)
+    model = Trainer(DropoutNet(nnx.Rngs(0, dropout=1)), sft_loss, cfg, workdir=workdir).fit(
+        train_job.batch_fn)
+    assert _equal(flat(model), ref_state)
+    count = [np.asarray(v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.RngCount))]
+    assert count and int(count[0]) == 6  # one dropout draw per step, carried through the step
