@@ -1,0 +1,150 @@
+"""GOLD PANNING on simulated models with a known diagnosticity profile, and its input checks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from lab.methods import gold_panning as gp
+
+
+def lost_in_the_middle(n: int, fpr: float = 0.02) -> gp.Profile:
+    """Strong primacy, weaker recency, a weak middle (TPR 0.25 .. 0.85)."""
+    x = np.linspace(0.0, 1.0, n)
+    return gp.make_profile(0.25 + 0.6 * (1 - x) ** 4 + 0.3 * x ** 4, np.full(n, fpr))
+
+
+def test_identifies_target_with_stated_probability_in_log_rounds():
+    """Stopping at belief 0.9 names the target with probability >= 0.9 (minus 3 standard
+    errors), and the mean number of rounds grows like log N, not like N."""
+    ns, b, thr = [8, 16, 32, 64], 300, 0.9
+    rounds = []
+    for n in ns:
+        prof = lost_in_the_middle(n)
+        gold = np.random.default_rng(n).integers(0, n, b)
+        r = gp.search(gp.simulated_query(prof, gold, seed=n), n, b, prof, threshold=thr,
+                      budget=100)
+        acc = float(np.mean(r.prediction == gold))
+        assert acc >= thr - 3 * np.sqrt(thr * (1 - thr) / b), (n, acc)
+        assert r.queries.max() < 100, n  # every search stopped by the threshold
+        rounds.append(r.queries.mean())
+    rounds = np.array(rounds)
+    print("mean rounds", dict(zip(ns, rounds.round(2), strict=True)))
+    # O(log N): under 1.5 log2(N) rounds at every N (about 3.6 at N=64 here), and from
+    # N=8 to N=64 (log ratio 2, linear ratio 8) the rounds less than double.
+    assert (rounds < 1.5 * np.log2(ns)).all(), rounds
+    assert rounds[-1] / rounds[0] < 2.0, rounds
+    assert rounds[-1] > rounds[0], rounds  # a larger haystack costs rounds
+
+
+def test_reaches_psc_accuracy_with_fewer_queries():
+    n, b = 16, 300
+    prof = lost_in_the_middle(n)
+    gold = np.random.default_rng(1).integers(0, n, b)
+    psc = gp.psc(gp.simulated_query(prof, gold, seed=2), n, b, 8, seed=3)
+    psc_acc = float(np.mean(psc[:, -1] == gold))
+    r = gp.search(gp.simulated_query(prof, gold, seed=4), n, b, prof, threshold=0.95, budget=8)
+    acc = float(np.mean(r.prediction == gold))
+    print("psc@8", psc_acc, "gp", acc, "queries", r.queries.mean())
+    assert acc >= psc_acc - 0.02 and r.queries.mean() < 0.6 * 8, (acc, psc_acc, r.queries.mean())
+    single = gp.single_pass(gp.simulated_query(prof, gold, seed=5), n, b)
+    assert np.mean(single == gold) < acc - 0.3  # position bias hurts one pass
+
+
+def test_update_is_exact_bayes():
+    """The posterior equals brute-force enumeration of P(y | doc i gold) over independent
+    per-position signals, for every observation, to 1e-12."""
+    n = 5
+    rng = np.random.default_rng(0)
+    tpr, fpr = rng.uniform(0.3, 0.9, n), rng.uniform(0.01, 0.2, n)
+    prior = rng.dirichlet(np.ones(n))
+    order = rng.permutation(n)
+    for obs in range(-1, n):
+        lik = np.ones(n)
+        for i, p in itertools.product(range(n), range(n)):
+            y = obs == p
+            rate = tpr[p] if order[p] == i else fpr[p]
+            lik[i] *= rate if y else 1 - rate
+        want = prior * lik / np.sum(prior * lik)
+        got = np.exp(gp.update(np.log(prior)[None], order[None], np.array([obs]), tpr, fpr))[0]
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_anchoring_puts_high_belief_at_diagnostic_positions():
+    belief = np.log(np.array([[0.05, 0.6, 0.05, 0.2, 0.1]]))
+    diag = np.array([0.1, 0.5, 0.9, 0.3, 0.2])
+    order = gp.assign(belief, diag, np.random.default_rng(0), "anchor")[0]
+    # positions by diagnosticity: 2, 1, 3, 4, 0; documents by belief: 1, 3, 4, then 0/2
+    assert order[2] == 1 and order[1] == 3 and order[3] == 4
+    assert sorted(order.tolist()) == list(range(5))
+
+
+def test_measure_profile_recovers_simulated_rates():
+    n, k = 6, 600
+    prof = gp.make_profile(np.linspace(0.9, 0.4, n), np.linspace(0.02, 0.08, n))
+    gold_pos = np.repeat(np.arange(n), k)
+    gold_doc = gold_pos.copy()  # identity order: document i sits at position i
+    query = gp.simulated_query(prof, gold_doc, seed=0)
+    obs = query(np.arange(n * k), np.tile(np.arange(n), (n * k, 1)))
+    got = gp.measure_profile(gold_pos, obs, n)
+    np.testing.assert_allclose(got.tpr, prof.tpr, atol=4 * np.sqrt(0.25 / k))
+    np.testing.assert_allclose(got.fpr, prof.fpr, atol=4 * np.sqrt(0.1 / (k * (n - 1))))
+
+
+def test_psc_majority_vote_and_f1():
+    n, b = 4, 3
+    gold = np.array([0, 1, 2])
+    always = gp.make_profile(np.full(n, 1.0), np.zeros(n))
+    out = gp.psc(gp.simulated_query(always, gold), n, b, 3)
+    assert (out == gold[:, None]).all()
+    assert gp.f1(np.array([0, -1, 2]), gold) == pytest.approx(2 * 1.0 * (2 / 3) / (1 + 2 / 3))
+    assert gp.f1(np.array([-1, -1, -1]), gold) == 0.0
+
+
+def test_resize_keeps_relative_shape_and_false_follow_mass():
+    prof = gp.make_profile([0.9, 0.5, 0.7], [0.03, 0.06, 0.03])
+    big = gp.resize_profile(prof, 9)
+    assert big.tpr[0] == pytest.approx(0.9) and big.tpr[4] == pytest.approx(0.5)
+    assert big.tpr[-1] == pytest.approx(0.7)
+    assert big.fpr[4] == pytest.approx(0.06 * 3 / 9)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_docs=1), "n_docs=1"),
+    (dict(n_docs="8"), "n_docs='8'"),
+    (dict(threshold=1.5), "threshold=1.5"),
+    (dict(threshold=0.0), "threshold=0.0"),
+    (dict(budget=0), "budget=0"),
+    (dict(rule="greedy"), "rule='greedy'"),
+    (dict(n_problems=0), "n_problems=0"),
+])
+def test_search_bad_input_names_the_field(kwargs, match):
+    prof = gp.clip_profile(lost_in_the_middle(8), 0.01)
+    args = dict(n_docs=8, n_problems=4, threshold=0.9, budget=4, rule="anchor")
+    args.update(kwargs)
+    query = gp.simulated_query(prof, np.zeros(4, int))
+    with pytest.raises(ValueError, match=match):
+        gp.search(query, args.pop("n_docs"), args.pop("n_problems"), prof, **args)
+
+
+def test_profile_bad_input_names_the_field():
+    with pytest.raises(ValueError, match=r"profile.tpr\[1\]=1.2"):
+        gp.make_profile([0.5, 1.2], [0.1, 0.1])
+    with pytest.raises(ValueError, match=r"profile.fpr\[0\]=-0.1"):
+        gp.make_profile([0.5, 0.2], [-0.1, 0.1])
+    with pytest.raises(ValueError, match="same N"):
+        gp.make_profile([0.5, 0.2, 0.3], [0.1, 0.1])
+    with pytest.raises(ValueError, match="profile has 8 positions; expected n_docs=4"):
+        gp.search(lambda r, o: np.zeros(len(r), int), 4, 2, lost_in_the_middle(8))
+    with pytest.raises(ValueError, match="strictly inside"):
+        gp.search(lambda r, o: np.zeros(len(r), int), 2, 2, gp.make_profile([1.0, 0.5],
+                                                                          [0.0, 0.1]))
+    with pytest.raises(ValueError, match="floor=0.7"):
+        gp.clip_profile(lost_in_the_middle(4), 0.7)
+    with pytest.raises(ValueError, match=r"positions \[2\]"):
+        gp.measure_profile([0, 1, 0], [0, -1, 1], 3)
+    with pytest.raises(ValueError, match="query returned"):
+        gp.search(lambda r, o: np.full(len(r), 9), 4, 2, gp.clip_profile(lost_in_the_middle(4),
+                                                                         0.01))
