@@ -22,8 +22,15 @@ def encode_example(tokenizer, prompt: str, completion: str, *, add_bos: bool = T
 
 
 def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
-               add_eos: bool = True) -> dict[str, np.ndarray]:
+               add_eos: bool = True, prompt_weight: float = 0.0) -> dict[str, np.ndarray]:
     """Tokenises every row once: ``{"inputs", "targets", "mask"}`` of shape ``[N, seq_len]``.
+
+    With ``prompt_weight > 0`` the prompt's tokens are trained too: ``mask`` is 1
+    on every real target and a ``"weights"`` array holds ``prompt_weight`` on the
+    prompt's targets and 1 on the completion's (``lab.train.sft_loss`` multiplies
+    the token losses by it). A little loss on the prompt adds signal when
+    completions are a few tokens of a long prompt (Shi et al. 2024, "Instruction
+    Tuning With Loss Over Instructions").
 
     Raises ValueError naming the first row whose tokens exceed ``seq_len + 1``
     (no silent truncation: a cut completion would teach the wrong answer).
@@ -39,6 +46,9 @@ def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
     inputs = np.full((n, seq_len), tokenizer.pad_id, np.int32)
     targets = np.full((n, seq_len), tokenizer.pad_id, np.int32)
     mask = np.zeros((n, seq_len), np.float32)
+    if not isinstance(prompt_weight, (int, float)) or prompt_weight < 0:
+        raise ValueError(f"prompt_weight={prompt_weight!r}; expected a number >= 0")
+    weights = np.zeros((n, seq_len), np.float32) if prompt_weight > 0 else None
     for i, (p, c) in enumerate(zip(dataset["prompt"], dataset["completion"], strict=True)):
         ids, n_prompt = encode_example(tokenizer, p, c, add_bos=add_bos, add_eos=add_eos)
         if len(ids) > seq_len + 1:
@@ -48,7 +58,14 @@ def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
         inputs[i, :t] = ids[:-1]
         targets[i, :t] = ids[1:]
         mask[i, n_prompt - 1:t] = 1.0  # targets from the first completion token on
-    return {"inputs": inputs, "targets": targets, "mask": mask}
+        if weights is not None:
+            weights[i, :t] = prompt_weight
+            weights[i, n_prompt - 1:t] = 1.0
+            mask[i, :t] = 1.0
+    out = {"inputs": inputs, "targets": targets, "mask": mask}
+    if weights is not None:
+        out["weights"] = weights
+    return out
 
 
 def step_indices(n: int, batch_size: int, step: int, seed: int) -> np.ndarray:
@@ -68,7 +85,7 @@ def step_indices(n: int, batch_size: int, step: int, seed: int) -> np.ndarray:
 
 
 def sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: int = 0, *,
-                add_bos: bool = True, add_eos: bool = True
+                add_bos: bool = True, add_eos: bool = True, prompt_weight: float = 0.0
                 ) -> Callable[[int], dict[str, np.ndarray]]:
     """Returns ``batch_fn(step) -> {"inputs", "targets", "mask"}``, deterministic in ``step``.
 
@@ -79,7 +96,8 @@ def sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: int = 0
     """
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size={batch_size!r}; expected a positive int")
-    arrays = encode_sft(dataset, tokenizer, seq_len, add_bos=add_bos, add_eos=add_eos)
+    arrays = encode_sft(dataset, tokenizer, seq_len, add_bos=add_bos, add_eos=add_eos,
+                        prompt_weight=prompt_weight)
     n = arrays["inputs"].shape[0]
 
     def batch_fn(step: int) -> dict[str, np.ndarray]:
@@ -115,7 +133,7 @@ def _pack_epoch(lengths: np.ndarray, seq_len: int, seed: int, epoch: int,
 
 
 def packed_sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: int = 0, *,
-                       add_bos: bool = True, add_eos: bool = True
+                       add_bos: bool = True, add_eos: bool = True, prompt_weight: float = 0.0
                        ) -> Callable[[int], dict[str, np.ndarray]]:
     """Like :func:`sft_batches`, with several examples packed into each row.
 
@@ -131,7 +149,8 @@ def packed_sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: 
     """
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size={batch_size!r}; expected a positive int")
-    arrays = encode_sft(dataset, tokenizer, seq_len, add_bos=add_bos, add_eos=add_eos)
+    arrays = encode_sft(dataset, tokenizer, seq_len, add_bos=add_bos, add_eos=add_eos,
+                        prompt_weight=prompt_weight)
     lengths = (arrays["inputs"] != tokenizer.pad_id).sum(axis=1)
     # an input row is BOS + tokens, so its length is the count of non-pad inputs; pad ids
     # never occur inside an example (the tokenizer never produces them)
@@ -154,12 +173,15 @@ def packed_sft_batches(dataset, tokenizer, batch_size: int, seq_len: int, seed: 
                "targets": np.full((b, t), tokenizer.pad_id, np.int32),
                "mask": np.zeros((b, t), np.float32),
                "positions": np.zeros((b, t), np.int32)}
+        if "weights" in arrays:
+            out["weights"] = np.zeros((b, t), np.float32)
+        keys = [k for k in ("inputs", "targets", "mask", "weights") if k in arrays]
         segment = np.zeros((b, t), np.int32)  # 0 = padding
         for j in range(b):
             pos = 0
             for s, i in enumerate(row_at(int(step) * b + j), start=1):
                 n = int(lengths[i])
-                for k in ("inputs", "targets", "mask"):
+                for k in keys:
                     out[k][j, pos:pos + n] = arrays[k][i, :n]
                 out["positions"][j, pos:pos + n] = np.arange(n)
                 segment[j, pos:pos + n] = s

@@ -48,6 +48,7 @@ class ZooSpec:
     seq_len:    tokens per training row.
     batch_size: rows per step.
     pack:       pack several examples per row (:func:`lab.data.batching.packed_sft_batches`).
+    prompt_weight: loss weight of prompt tokens (completion tokens weigh 1).
     description: free text for ``zoo.list()``; not hashed.
     """
 
@@ -58,6 +59,7 @@ class ZooSpec:
     seq_len: int = 256
     batch_size: int = 16
     pack: bool = True
+    prompt_weight: float = 0.0
     description: str = ""
 
     def __post_init__(self):
@@ -94,7 +96,7 @@ class ZooSpec:
         return _canonical({"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
                            "data": dict(self.data), "seq_len": self.seq_len,
                            "batch_size": self.batch_size, "pack": self.pack,
-                           "tokenizer": "bytes"})
+                           "prompt_weight": self.prompt_weight, "tokenizer": "bytes"})
 
     def digest(self) -> str:
         """First 12 hex digits of the SHA-256 of :meth:`hashed_fields` as sorted JSON."""
@@ -110,7 +112,7 @@ class ZooSpec:
         return {"name": self.name, "model": self.model.to_dict(),
                 "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
                 "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
-                "description": self.description}
+                "prompt_weight": self.prompt_weight, "description": self.description}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> ZooSpec:
@@ -143,7 +145,7 @@ def _tasks(context: tuple[int, int], hops: tuple[int, int], docs: tuple[int, int
 
 
 def _train(steps: int, lr: float) -> dict:
-    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(100, steps // 10),
+    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(80, steps // 10),
             "schedule": "cosine", "optimizer": "adamw", "weight_decay": 0.01,
             "grad_clip": 1.0, "seed": 0, "log_every": 25, "checkpoint_every": 200}
 
@@ -158,23 +160,23 @@ NAMED: dict[str, ZooSpec] = {
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
     "lm-xs": ZooSpec(
         name="lm-xs", model=_model(128, 2, 4, 2, 384, 512),
-        train=_train(300, 3e-3),
-        data={"tasks": _tasks((96, 160), (1, 2), (3, 6)), "n_train": 20000, "n_eval": 64,
+        train=_train(800, 3e-3),
+        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
-        seq_len=256, batch_size=16,
-        description="2 layers, d=128 (0.43M params); ~1 min on two cores"),
+        seq_len=256, batch_size=8, prompt_weight=0.1,
+        description="2 layers, d=128 (0.43M params)"),
     "lm-s": ZooSpec(
         name="lm-s", model=_model(192, 3, 6, 2, 512, 1024),
-        train=_train(300, 2e-3),
+        train=_train(800, 2e-3),
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
-        seq_len=256, batch_size=16,
-        description="3 layers, d=192 (1.3M params)"),
+        seq_len=256, batch_size=8, prompt_weight=0.1,
+        description="3 layers, d=192 (1.2M params)"),
     "lm-m": ZooSpec(
         name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
-        train=_train(300, 1.5e-3),
+        train=_train(800, 1.5e-3),
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
-        seq_len=256, batch_size=16,
-        description="4 layers, d=256 (2.9M params)"),
+        seq_len=256, batch_size=8, prompt_weight=0.1,
+        description="4 layers, d=256 (3.1M params)"),
 }

@@ -57,7 +57,8 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
     t0, c0 = time.time(), time.process_time()
     train, train_eval, held_out = build_data(spec)
     make = packed_sft_batches if spec.pack else sft_batches
-    batch_fn = make(train, tok, spec.batch_size, spec.seq_len, seed=spec.data["seed"])
+    batch_fn = make(train, tok, spec.batch_size, spec.seq_len, seed=spec.data["seed"],
+                    prompt_weight=spec.prompt_weight)
     t1, c1 = time.time(), time.process_time()
     config = TrainConfig.from_dict({**spec.train, "progress": progress})
     model = Transformer(spec.model, rngs=nnx.Rngs(config.seed))

@@ -87,3 +87,22 @@ def test_packed_rows_see_each_example_alone():
         np.testing.assert_allclose(packed[row, s:s + n], alone, atol=1e-5)
     np.testing.assert_array_equal(fn(3)["inputs"], packed_sft_batches(
         ds, tok, batch_size=2, seq_len=96, seed=0)(3)["inputs"])
+
+
+def test_prompt_weight_trains_the_prompt_lightly():
+    from lab.data import encode_sft
+
+    tok = ByteTokenizer()
+    ds = arithmetic(6, seed=0)
+    plain = encode_sft(ds, tok, 96)
+    weighted = encode_sft(ds, tok, 96, prompt_weight=0.1)
+    assert "weights" not in plain
+    real = weighted["inputs"] != tok.pad_id
+    np.testing.assert_array_equal(weighted["mask"], real.astype(np.float32))
+    completion = plain["mask"].astype(bool)
+    np.testing.assert_allclose(weighted["weights"][completion], 1.0)
+    np.testing.assert_allclose(weighted["weights"][real & ~completion], 0.1)
+    # every prompt byte is a weighted target (BOS predicts the first)
+    assert (real & ~completion).sum() == sum(len(tok.encode(p)) for p in ds["prompt"])
+    with pytest.raises(ValueError, match="prompt_weight=-1"):
+        encode_sft(ds, tok, 96, prompt_weight=-1)
