@@ -7,7 +7,7 @@ prompt lengths; optional hidden-state trajectories); ``score`` gives per-token
 log-probabilities for evaluation.
 """
 
-from lab.infer import policies
+from lab.infer import kvpress, policies  # noqa: F401 (kvpress registers its policies)
 from lab.infer.engine import Generation, as_batch, generate, prefill, score
 from lab.infer.policies import Policy, Stats
 from lab.nn.cache import KVCache

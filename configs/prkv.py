@@ -1,0 +1,124 @@
+"""PRKV: KV-cache eviction by personalized PageRank vs kvpress's baselines.
+
+Run:
+  python -m experiments.prkv --config=configs/prkv.py:default --workdir=/tmp/prkv
+  python -m experiments.prkv --config=configs/prkv.py:default --config.model=/path/to/qwen3 \
+      --workdir=/tmp/prkv_hf
+
+Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
+``default`` (a small zoo LM trained on the long-context tasks, cached under
+``LAB_CACHE``; every policy at every ratio), ``paper`` (a larger LM, longer
+contexts, more prompts; a GPU host).
+
+``model``: empty = the zoo LM described by ``zoo``; otherwise a Hugging Face
+checkpoint directory (a Qwen3 model and its tokenizer, loaded by ``lab.hf``).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from lab.config import check_preset
+
+POLICIES = ["full", "random", "streaming_llm", "h2o", "snapkv", "tova", "knorm", "prkv"]
+
+
+def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
+    preset = check_preset(preset)
+    c = ml_collections.ConfigDict()
+    c.preset = preset
+    c.seed = 0
+    c.model = ""  # "" = the zoo LM below; else a Hugging Face checkpoint directory
+
+    # The zoo LM, trained once on the long-context tasks and cached (lab.zoo.load_spec).
+    c.zoo = ml_collections.ConfigDict()
+    c.zoo.name = "prkv-lm"
+    c.zoo.d_model = 128
+    c.zoo.n_layers = 2
+    c.zoo.n_heads = 4
+    c.zoo.n_kv_heads = 2
+    c.zoo.d_ff = 256
+    c.zoo.max_len = 1024
+    c.zoo.steps = 500
+    c.zoo.learning_rate = 3e-3
+    c.zoo.batch_size = 8
+    c.zoo.seq_len = 384
+    c.zoo.n_train = 6000
+    c.zoo.n_eval = 32
+
+    # Tasks (lab.data.synthetic generators), the same for training and evaluation.
+    c.tasks = ml_collections.ConfigDict()
+    c.tasks.names = ["variable_tracking", "needle", "arithmetic"]
+    c.tasks.context = [192, 320]       # characters = tokens (byte tokenizer)
+    c.tasks.hops = [1, 3]
+    c.tasks.n_chains = 2
+    c.tasks.n_needles = 2
+    c.tasks.arith_steps = [1, 3]
+    c.tasks.arith_digits = 1
+    c.tasks.eval_seed = 1234
+
+    # Evaluation: greedy decoding after a compressed prefill, exact match of the answer.
+    c.eval = ml_collections.ConfigDict()
+    c.eval.n_per_task = 32
+    c.eval.batch_size = 8
+    c.eval.max_new_tokens = 40
+    c.eval.policies = list(POLICIES)
+    c.eval.ratios = [0.0, 0.25, 0.5, 0.75, 0.9]
+    c.eval.window = 16                  # observation window of snapkv and prkv (kvpress: 64)
+    c.eval.timing_repeats = 3
+
+    # PRKV's scorer.
+    c.prkv = ml_collections.ConfigDict()
+    c.prkv.alpha = 0.85
+    c.prkv.iters = 30
+    c.prkv.graph = "group"              # "group": mean over a KV group's query heads; "head"
+    c.prkv.n_sink = 0
+    c.prkv.n_recent = 0
+
+    # Claim thresholds.
+    c.claims = ml_collections.ConfigDict()
+    c.claims.margin = 0.02
+    c.claims.high_ratios = [0.75, 0.9]
+    c.claims.multihop_task = "variable_tracking"
+    c.claims.solved_accuracy = 0.5
+
+    if preset == "test":
+        c.zoo.name = "prkv-test"
+        c.zoo.d_model = 32
+        c.zoo.n_layers = 1
+        c.zoo.n_heads = 2
+        c.zoo.n_kv_heads = 1
+        c.zoo.d_ff = 64
+        c.zoo.max_len = 256
+        c.zoo.steps = 4
+        c.zoo.batch_size = 4
+        c.zoo.seq_len = 160
+        c.zoo.n_train = 64
+        c.zoo.n_eval = 2
+        c.tasks.context = [96, 112]
+        c.tasks.hops = [1, 2]
+        c.eval.n_per_task = 2
+        c.eval.batch_size = 2
+        c.eval.max_new_tokens = 8
+        c.eval.ratios = [0.0, 0.5, 0.9]
+        c.eval.window = 8
+        c.eval.timing_repeats = 1
+        c.prkv.iters = 10
+    elif preset == "paper":
+        c.zoo.d_model = 256
+        c.zoo.n_layers = 4
+        c.zoo.n_heads = 8
+        c.zoo.d_ff = 768
+        c.zoo.max_len = 4096
+        c.zoo.steps = 5000
+        c.zoo.batch_size = 16
+        c.zoo.seq_len = 2304
+        c.zoo.n_train = 100000
+        c.tasks.context = [512, 2048]
+        c.tasks.hops = [1, 4]
+        c.tasks.n_chains = 4
+        c.tasks.n_needles = 4
+        c.eval.n_per_task = 200
+        c.eval.window = 64
+        c.prkv.iters = 50
+    return c

@@ -1,0 +1,154 @@
+"""PRKV: KV-cache eviction by personalized PageRank over the attention graph.
+
+PRKV ("a training-free KV eviction method that estimates multi-hop global
+token importance by applying Personalized PageRank over attention-induced
+transition graphs") scores every cached token by where a random walk that
+starts at the question ends up when it follows attention: from a query token
+``i`` the walk moves to key token ``j`` with probability ``A[i, j]`` (the
+prefill's causal attention probabilities, whose rows are already stochastic
+over the prefix) and restarts with probability ``1 - alpha`` at a token drawn
+from the restart vector ``v`` (uniform over the observation window -- the
+last ``window`` prompt tokens -- or over a given question span). The fixed
+point ``pi = (1 - alpha) v + alpha pi A`` (networkx's convention; computed by
+:func:`personalized_pagerank`, a Pallas kernel on GPU/TPU and its jnp
+reference on CPU) puts mass on the tokens the question attends to, the
+tokens *those* attend to, and so on: evidence two hops away from the question
+(``qze=kfp.`` -> ``kfp=abc.`` -> ``abc=417.``) scores high even if the
+question never attends to it directly, which one-hop scores (SnapKV, TOVA)
+miss.
+
+Graph per layer: ``graph="group"`` averages the attention of a KV group's
+query heads into one graph per KV head; ``graph="head"`` runs one PageRank
+per query head and averages the scores over the group. Each layer's cache is
+scored from that layer's attention. The top ``budget`` entries per KV head
+are kept (:func:`lab.infer.policies.compact`); ``n_sink`` first positions and
+``n_recent`` last positions can be protected.
+
+Memory: the policy needs ``Stats.attn``, the ``[L, B, H, T, T]`` float32
+attention of every prompt query (4 L B H T^2 bytes: 2 layers x 4 heads x
+T=512 x batch 8 is 64 MiB; T=2048 is 1 GiB), plus one ``[T, T]`` graph per
+(layer, row, KV head) inside the solve.
+
+Importing this module registers the policy as ``"prkv"`` in
+:mod:`lab.infer.policies`, so ``lab.infer.prefill(model, tokens, policy="prkv",
+ratio=0.75)`` and ``generate(...)`` use it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from kernels_pallas.pagerank import personalized_pagerank
+from lab.infer.kvpress import protect
+from lab.infer.policies import Policy, Stats, compact, register
+from lab.nn.cache import KVCache
+
+GRAPHS = ("group", "head")
+
+__all__ = ["GRAPHS", "personalized_pagerank", "prkv", "prkv_scores", "span_restart",
+           "transition_graph", "window_restart"]
+
+
+def window_restart(lengths: jax.Array, t: int, window: int) -> jax.Array:
+    """Restart vectors ``[B, T]``: uniform over each row's last ``window`` prompt tokens
+    (the whole prompt when it is shorter)."""
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window={window!r}; expected a positive int")
+    pos = jnp.arange(t, dtype=jnp.int32)[None, :]
+    lengths = jnp.asarray(lengths, jnp.int32)[:, None]
+    on = (pos < lengths) & (pos >= lengths - window)
+    return on / jnp.sum(on, axis=-1, keepdims=True)
+
+
+def span_restart(starts, ends, t: int) -> jax.Array:
+    """Restart vectors ``[B, T]`` uniform over ``[starts[b], ends[b])`` (e.g. the
+    question's tokens). Raises ValueError (on host values) for an empty or
+    out-of-range span."""
+    starts, ends = jnp.asarray(starts, jnp.int32), jnp.asarray(ends, jnp.int32)
+    if not isinstance(starts, jax.core.Tracer) and not isinstance(ends, jax.core.Tracer):
+        if bool(jnp.any(starts < 0)) or bool(jnp.any(ends > t)) or bool(jnp.any(ends <= starts)):
+            raise ValueError(f"restart spans starts={starts.tolist()} ends={ends.tolist()}; "
+                             f"expected 0 <= start < end <= {t}")
+    pos = jnp.arange(t, dtype=jnp.int32)[None, :]
+    on = (pos >= starts[:, None]) & (pos < ends[:, None])
+    return on / jnp.sum(on, axis=-1, keepdims=True)
+
+
+def transition_graph(attn: jax.Array, n_kv_heads: int, v: jax.Array,
+                     graph: str = "group") -> jax.Array:
+    """Row-stochastic transition matrices from attention probabilities.
+
+    Args:
+      attn: ``[L, B, H, T, T]`` (row = query token, column = key token).
+      n_kv_heads: ``Hkv`` (``H`` must be a multiple).
+      v: ``[B, T]`` restart vectors; rows of absent (padding) queries, which
+        attend to nothing, jump to ``v`` (networkx's rule for dangling nodes).
+      graph: ``"group"`` (mean over a KV group's heads) or ``"head"``.
+
+    Returns:
+      ``[L, B, Hkv, T, T]`` (group) or ``[L, B, H, T, T]`` (head) float32.
+    """
+    if graph not in GRAPHS:
+        raise ValueError(f"graph={graph!r}; expected one of {GRAPHS}")
+    n_layers, b, h, t, s = attn.shape
+    if t != s or h % n_kv_heads:
+        raise ValueError(f"attn has shape {attn.shape}; expected [L, B, H, T, T] with H a "
+                         f"multiple of n_kv_heads={n_kv_heads}")
+    p = attn.astype(jnp.float32)
+    if graph == "group":
+        p = p.reshape(n_layers, b, n_kv_heads, h // n_kv_heads, t, t).mean(3)
+    sums = p.sum(-1, keepdims=True)
+    dangling = sums < 0.5
+    vb = v.astype(jnp.float32)[None, :, None, None, :]
+    return jnp.where(dangling, vb, p / jnp.where(dangling, 1.0, sums))
+
+
+def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float = 0.85,
+                iters: int = 50, tol: float | None = None, graph: str = "group",
+                impl: str | None = None) -> jax.Array:
+    """PageRank scores ``[L, B, Hkv, T]`` of every key token per KV head.
+
+    ``pi`` of :func:`transition_graph`'s chain with restart ``v [B, T]``
+    (:func:`window_restart` or :func:`span_restart`); with ``graph="head"`` the
+    mean of the query heads' ``pi`` over each group. Every ``pi`` sums to 1.
+    """
+    n_layers, b, h, t, _ = attn.shape
+    p = transition_graph(attn, n_kv_heads, v, graph)
+    heads = p.shape[2]
+    vb = jnp.broadcast_to(v.astype(jnp.float32)[None, :, None, :], (n_layers, b, heads, t))
+    pi = personalized_pagerank(p, vb, alpha=alpha, iters=iters, tol=tol, impl=impl)
+    if graph == "head":
+        pi = pi.reshape(n_layers, b, n_kv_heads, h // n_kv_heads, t).mean(3)
+    return pi
+
+
+def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
+         graph: str = "group", n_sink: int = 0, n_recent: int = 0,
+         impl: str | None = None) -> KVCache:
+    """The PRKV cache policy: keeps the top-``budget`` PageRank scores per KV head.
+
+    Restart uniform over the observation window: the positions of the queries
+    prefill captured (``Stats.query_positions``, each row's last ``window``
+    prompt tokens; ``window=`` to prefill/generate sets it, default 64 as
+    SnapKV's). ``n_sink`` first and ``n_recent`` last positions are always
+    kept. Needs ``Stats.attn``. Runs on the uncompressed prefill cache
+    (slot = position), as every policy does.
+    """
+    if stats.attn is None or stats.query_positions is None:
+        raise ValueError("prkv needs stats.attn and stats.query_positions; register it with "
+                         "needs=('attn', 'queries')")
+    t = stats.attn.shape[-1]
+    if cache.capacity != t:
+        raise ValueError(f"prkv scores a cache of {t} slots (the prompt), got capacity "
+                         f"{cache.capacity}")
+    qpos = stats.query_positions                                  # [B, W], -1 = absent
+    on = jnp.any(jnp.arange(t, dtype=jnp.int32)[None, :, None] == qpos[:, None, :], axis=-1)
+    v = on / jnp.maximum(jnp.sum(on, axis=-1, keepdims=True), 1)
+    scores = prkv_scores(stats.attn, v, cache.keys.shape[2], alpha=alpha, iters=iters,
+                         graph=graph, impl=impl)
+    scores = protect(scores, cache, stats.lengths, n_sink=n_sink, n_recent=n_recent)
+    return compact(cache, scores, budget)
+
+
+register("prkv", Policy(prkv, needs=("attn", "queries"), window=64))
