@@ -8,15 +8,8 @@ from flax import nnx
 
 from lab import infer
 from lab.infer import engine, policies
-from lab.nn import KVCache, Transformer, TransformerConfig
-
-CFG = TransformerConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
-                        head_dim=16, d_ff=128, max_len=48, rope_theta=5000.0, init_std=0.5)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Transformer(CFG, rngs=nnx.Rngs(0))
+from lab.nn import KVCache
+from tests.infer.conftest import CFG
 
 
 def prompt_batch(lengths, seed=1):
@@ -37,7 +30,7 @@ def test_compact_keeps_the_top_budget_per_head_in_slot_order():
     scores = rng.normal(size=shape).astype(np.float32)
     cache = KVCache(jnp.asarray(keys), jnp.asarray(values), jnp.asarray(positions),
                     jnp.array([7, 5], jnp.int32))
-    out = policies.compact(cache, jnp.asarray(scores), jnp.array([3, 4]))
+    out = jax.jit(policies.compact)(cache, jnp.asarray(scores), jnp.array([3, 4]))
     np.testing.assert_array_equal(out.length, [3, 4])
     for idx in np.ndindex(*shape[:3]):
         budget = (3, 4)[idx[1]]
@@ -64,75 +57,84 @@ def test_streaming_llm_keeps_sinks_and_recent(model):
         assert np.all(got[..., len(kept):] == -1)
 
 
+def subset_scores(positions, n_rows, n_heads, xp=jnp):
+    """Scores of the test policy below, for positions ``[..., B, Hkv, C]``."""
+    head = xp.arange(n_heads)[:, None]
+    row = xp.arange(n_rows)[:, None, None]
+    return xp.sin(positions * (1.7 + head) + row)
+
+
 def per_head_subset(cache, stats, budget):
     """Test policy: a fixed pseudo-random kept set per (row, KV head), the same in every layer."""
     del stats
-    head = jnp.arange(cache.positions.shape[2])[None, None, :, None]
-    row = jnp.arange(cache.positions.shape[1])[None, :, None, None]
-    scores = jnp.sin(cache.positions * (1.7 + head) + row)
-    return policies.compact(cache, scores, budget)
+    b, h = cache.positions.shape[1:3]
+    return policies.compact(cache, subset_scores(cache.positions, b, h), budget)
 
 
-SUBSET = policies.register("test_per_head_subset", per_head_subset)
+policies.register("test_per_head_subset", per_head_subset)
 
 
-def test_decoding_on_an_evicted_cache_uses_the_stored_positions(model):
+def test_decoding_on_an_evicted_cache_uses_the_stored_positions(model, reference):
     lens, n, ratio = (12, 9), 6, 0.4
     x, lengths = prompt_batch(lens, seed=2)
     gen = infer.generate(model, x, lengths=lengths, max_new_tokens=n,
                          policy="test_per_head_subset", ratio=ratio)
-    _, cache = infer.prefill(model, x, lengths=lengths, policy=SUBSET, ratio=ratio)
-    kept = np.asarray(cache.positions)                     # [L, B, Hkv, C]
-    assert np.all(kept[0] == kept[1])                      # same set in both layers
-    assert not np.array_equal(kept[0, :, 0], kept[0, :, 1])  # but different per head
+    # The kept prompt entries, per row and KV head (budget = int(T * (1 - ratio))).
+    kept = {}
+    for b, t in enumerate(lens):
+        s = subset_scores(np.arange(t)[None, None, :], 2, CFG.n_kv_heads, np)[b]  # [Hkv, t]
+        for h in range(CFG.n_kv_heads):
+            kept[b, h] = np.argsort(-s[h], kind="stable")[:int(t * (1 - ratio))]
+    assert set(kept[0, 0]) != set(kept[0, 1])              # eviction differs per head
     # Reference: the full forward over prompt + generated tokens with attention
     # from generated positions restricted to the kept prompt entries per KV head.
-    s = max(lens) + n
-    seq = np.zeros((2, s), np.int32)
-    mask = np.zeros((2, CFG.n_kv_heads, s, s), bool)
+    rows, mask = [], np.zeros((2, CFG.n_kv_heads, 18, 18), bool)
     for b, t in enumerate(lens):
-        seq[b, :t], seq[b, t:t + n] = x[b, :t], np.asarray(gen.tokens[b])
+        rows.append(list(x[b, :t]) + list(np.asarray(gen.tokens[b])))
         mask[b, :, :t, :] = True                           # prompt queries: full causal
         for h in range(CFG.n_kv_heads):
-            keep = kept[0, b, h][kept[0, b, h] >= 0]
-            assert len(keep) == int(t * (1 - ratio))
-            mask[b, h, t:, keep] = True
+            mask[b, h, t:, kept[b, h]] = True
             mask[b, h, t:, t:] = True
-    logits = np.asarray(model(jnp.asarray(seq), mask=jnp.asarray(mask)))
+    logits = np.asarray(reference(rows, mask)[0])
     ref = np.stack([logits[b, t - 1:t - 1 + n] for b, t in enumerate(lens)])
     np.testing.assert_array_equal(gen.tokens, ref.argmax(-1))
     ref_lp = np.take_along_axis(jax.nn.log_softmax(ref), np.asarray(gen.tokens)[..., None], -1)
     np.testing.assert_allclose(gen.logprobs, ref_lp[..., 0], atol=1e-4)
-    # Without the restriction the tokens would differ: the test can see eviction.
-    full = np.asarray(model(jnp.asarray(seq)))
+    # Without the restriction the logits differ: the test can see eviction.
+    full = np.asarray(reference(rows)[0])
     full = np.stack([full[b, t - 1:t - 1 + n] for b, t in enumerate(lens)])
     assert np.abs(full - ref).max() > 1e-3
 
 
-def test_stats_hold_what_scorers_need(model):
+def test_stats_hold_what_scorers_need(model, reference):
     x, lens = prompt_batch([9, 6], seed=3)
-    seen = {}
+    graphdef, state = nnx.split(model)
 
-    def spy(cache, stats, budget):
-        seen.update(cache=cache, stats=stats)
-        return cache
+    @jax.jit
+    def captured(state, x, lens):
+        seen = {}
 
-    pol = policies.Policy(spy, needs=("attn_colsum", "queries", "attn"), window=4)
-    engine._prefill(model, jnp.asarray(x), jnp.asarray(lens), jnp.asarray(lens), policy=pol,
-                    kwargs=(), window=4, capacity=9, hidden=False)
-    stats, cache = seen["stats"], seen["cache"]
+        def spy(cache, stats, budget):
+            seen.update(cache=cache, stats=stats)
+            return cache
+
+        pol = policies.Policy(spy, needs=("attn_colsum", "queries", "attn"), window=4)
+        engine._prefill(nnx.merge(graphdef, state), x, lens, lens, policy=pol, kwargs=(),
+                        window=4, capacity=9, hidden=False)
+        return seen["stats"], policies.window_attention(seen["cache"], seen["stats"])
+
+    stats, window = captured(state, x, lens)               # window: [L, B, H, W, C]
     assert stats.queries.shape == (2, 2, 4, 4, 16)         # [L, B, H, W, hd]
     np.testing.assert_array_equal(stats.query_positions, [[5, 6, 7, 8], [2, 3, 4, 5]])
-    window = policies.window_attention(cache, stats)       # [L, B, H, W, C]
+    attn = np.asarray(reference([x[0, :9], x[1, :6]])[1].attn)  # [L, B, H, 18, 18]
     for b, t in enumerate(lens):
-        _, inter = model(jnp.asarray(x[b:b + 1, :t]), capture=("attn", "attn_colsum"))
+        ref = attn[:, b, :, :t, :t]
         # Padding queries add nothing: the column sums are the unpadded row's.
-        np.testing.assert_allclose(stats.attn_colsum[:, b, :, :t], inter.attn_colsum[:, 0],
-                                   atol=1e-5)
+        np.testing.assert_allclose(stats.attn_colsum[:, b, :, :t], ref.sum(-2), atol=1e-5)
         assert float(jnp.abs(stats.attn_colsum[:, b, :, t:]).max(initial=0.0)) == 0.0
-        np.testing.assert_allclose(stats.attn[:, b, :, :t, :t], inter.attn[:, 0], atol=1e-5)
-        # Window queries (after RoPE) reproduce the model's last-query attention.
-        np.testing.assert_allclose(window[:, b, :, :, :t], inter.attn[:, 0, :, t - 4:], atol=1e-5)
+        np.testing.assert_allclose(stats.attn[:, b, :, :t, :t], ref, atol=1e-5)
+        # Window queries (after RoPE) reproduce the model's last-queries attention.
+        np.testing.assert_allclose(window[:, b, :, :, :t], ref[:, :, t - 4:], atol=1e-5)
 
 
 def test_registry_rules():
@@ -142,6 +144,6 @@ def test_registry_rules():
         policies.register("streaming_llm", lambda c, s, b: c)
     with pytest.raises(ValueError, match="needs"):
         policies.Policy(lambda c, s, b: c, needs=("logits",))
-    with pytest.raises(ValueError, match="unknown cache policy 'h2o'; known policies"):
-        policies.get("h2o")
+    with pytest.raises(ValueError, match="unknown cache policy 'nope'; known policies: .*full"):
+        policies.get("nope")
     assert policies.budgets([10, 7, 3], 0.5) == [5, 3, 1]
