@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels_pallas.dispatch import select
+from kernels_pallas.dispatch import backend, select
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ class ScanConfig:
     window: int = 16
     delay: int = 2
     slope: float = 5.0
-    block_b: int = 8
+    block_b: int = 16
 
     def __post_init__(self):
         if not 0.0 <= self.beta <= 1.0:
@@ -265,10 +265,28 @@ def differentiable_kernel(currents, weights, coupling, omega, gain, v0, psi0, *,
                         psi0, config, interpret)
 
 
+def compiled_shapes_ok(t_len: int, batch: int, n: int, block_b: int) -> bool:
+    """Whether a compiled (GPU) kernel can take these shapes: block dims that are powers
+    of two, and ``dot`` operands of at least 16 rows (Triton's minimum tile)."""
+    def pow2(x):
+        return x > 0 and x & (x - 1) == 0
+    bb = min(block_b, batch)
+    return pow2(t_len) and pow2(n) and pow2(bb) and bb >= 16 and n >= 16
+
+
 def spiking_scan(currents, weights, coupling, omega, gain, v0, psi0, *,
                  config: ScanConfig = ScanConfig(), impl: str | None = None) -> ScanOut:
     """Dispatching entry point: the Pallas kernel (compiled on GPU/TPU, interpreted on
-    CPU when ``impl="pallas"``) or the jnp reference; same outputs, same gradients."""
+    CPU when ``impl="pallas"``) or the jnp reference; same outputs, same gradients.
+
+    Compiled, the kernel has only been checked in interpret mode here (no accelerator
+    was available): an automatic choice on an accelerator falls back to the reference
+    when :func:`compiled_shapes_ok` says the shapes cannot tile; an explicit
+    ``impl="pallas"`` always runs the kernel."""
+    chosen = backend(impl)
+    if (impl is None and chosen.is_pallas and not chosen.interpret
+            and not compiled_shapes_ok(*currents.shape, config.block_b)):
+        impl = "xla"
     fn, _ = select(differentiable_kernel, reference, impl)
     return fn(currents, weights, coupling, omega, jnp.asarray(gain, jnp.float32), v0, psi0,
               config=config)

@@ -99,3 +99,9 @@ def test_wrong_shapes_are_named():
         sp.kernel(x[0], w, c, om, g, v0, p0, config=CFG, interpret=True)
     with pytest.raises(ValueError, match="window=0"):
         sp.ScanConfig(window=0)
+
+
+def test_compiled_shape_guard():
+    assert sp.compiled_shapes_ok(64, 32, 64, 16)
+    assert not sp.compiled_shapes_ok(24, 32, 64, 16)  # T not a power of two
+    assert not sp.compiled_shapes_ok(64, 4, 64, 16)  # batch block below Triton's 16 rows
