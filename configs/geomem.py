@@ -36,7 +36,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.train.steps = 2000
     c.train.segment = 250
     c.train.learning_rate = 1e-2
-    c.train.batch_size = 1024
+    c.train.batch_size = 512
 
     # Probes and transfer on a model trained to convergence (all probe.steps, weight
     # decay) at N = probe.n, width probe.d; the search's early-stopped models are probed too.

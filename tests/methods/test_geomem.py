@@ -2,31 +2,30 @@
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from lab.methods.geomem import capacity, construction, data, probes, training
-from lab.methods.geomem.model import OneLayer, accuracy, predict
+from lab.methods.geomem.model import OneLayer, accuracy, capture, predict
 
 
 def perms(n, r, seed=0):
-    return data.bijections(jax.random.PRNGKey(seed), n, r)
+    return data.bijections(seed, n, r)
 
 
 def test_bijections_and_queries():
     p = np.asarray(perms(64, 3))
     assert all(sorted(row) == list(range(64)) for row in p)
-    tokens, answers, chains = data.queries(jnp.asarray(p), 2)
+    tokens, answers, chains = data.queries(p, 2)
     assert tokens.shape == (9 * 64, 3) and chains.shape == (9, 2)
     row = 5 * 64 + 7  # chain 5 = (1, 2) asked of subject 7
     assert tuple(chains[5]) == (1, 2)
     assert int(answers[row]) == p[2][p[1][7]]
     assert list(np.asarray(tokens[row])) == [7, 64 + 1, 64 + 3 + 2]
     with pytest.raises(ValueError, match="n_entities=0; expected an int >= 2"):
-        data.bijections(jax.random.PRNGKey(0), 0, 2)
+        data.bijections(0, 0, 2)
 
 
 def test_construction_accuracy_crosses_99_percent_around_c_log_n():
@@ -47,7 +46,7 @@ def test_constructed_transformer_equals_closed_form_decode(hops):
     direct = construction.decode(cons).reshape(-1)
     np.testing.assert_array_equal(np.asarray(predict(model, tokens)), direct)
     # The MLP's gates: every hidden unit fires only for the chain it serves.
-    _, cap = model(tokens, capture=True)
+    _, cap = capture(model, tokens)
     rel = np.repeat(np.arange(2 ** hops), 128)
     assert probes.gating_selectivity(cap["z"], rel, 2 ** hops)["selectivity"] > 0.999
 

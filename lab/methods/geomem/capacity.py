@@ -49,9 +49,13 @@ def smallest_dim(evaluate: Callable[[int], float], grid: Sequence[int],
     return grid[hi], dict(sorted(seen.items()))
 
 
-def log_fit(ns: Sequence[int], dims: Sequence[float]) -> dict:
-    """Least-squares fit ``d = a + c ln N``; returns ``{"a", "c", "r2"}`` (NaN with < 3 points)."""
-    pts = [(math.log(n), d) for n, d in zip(ns, dims, strict=True) if d is not None]
+def log_fit(ns: Sequence[int], dims: Sequence[float], *, linear: bool = False) -> dict:
+    """Least-squares fit ``d = a + c ln N`` (``d = a + c N`` with ``linear``).
+
+    Returns ``{"a", "c", "r2"}`` (NaN with fewer than 3 points; R^2 = 1 for a flat d).
+    """
+    pts = [(n if linear else math.log(n), d) for n, d in zip(ns, dims, strict=True)
+           if d is not None]
     if len(pts) < 3:
         return {"a": float("nan"), "c": float("nan"), "r2": float("nan")}
     x, y = np.array(pts).T

@@ -57,18 +57,6 @@ def random_orthogonal(rng: np.random.Generator, count: int, m: int) -> np.ndarra
     return (q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[:, None, :]).astype(np.float32)
 
 
-def compose_np(perms, chain_list) -> np.ndarray:
-    """NumPy twin of :func:`data.compose`: ``[C, N]`` composite bijections."""
-    perms = np.asarray(perms)
-    out = np.empty((len(chain_list), perms.shape[1]), np.int64)
-    for c, chain in enumerate(np.asarray(chain_list)):
-        m = np.arange(perms.shape[1])
-        for rel in chain:
-            m = perms[int(rel)][m]
-        out[c] = m
-    return out
-
-
 def superpose(codes, bindings, maps) -> np.ndarray:
     """``e_s = sum_c B_c u_{maps[c, s]}``: ``[N, m]`` (``maps [C, N]`` composite bijections)."""
     codes, maps = np.asarray(codes), np.asarray(maps)
@@ -89,7 +77,7 @@ def construct(seed: int, perms, m: int, hops: int = 1) -> Construction:
     rng = np.random.default_rng([int(seed), int(m), int(hops)])
     codes = unit_codes(rng, n, int(m))
     bindings = random_orthogonal(rng, len(chain_list), int(m))
-    emb = superpose(codes, bindings, compose_np(perms, chain_list))
+    emb = superpose(codes, bindings, data.compose(perms, chain_list))
     return Construction(codes, bindings, emb, chain_list)
 
 
@@ -107,7 +95,7 @@ def decode(cons: Construction, chunk: int = 2048) -> np.ndarray:
 def accuracy(seed: int, perms, m: int, hops: int = 1) -> float:
     """Accuracy over every ``hops``-hop query of the construction without chain-of-thought."""
     cons = construct(seed, perms, m, hops)
-    answers = compose_np(perms, cons.chains)
+    answers = data.compose(perms, cons.chains)
     return float(np.mean(decode(cons) == answers))
 
 
@@ -119,7 +107,7 @@ def cot_accuracy(seed: int, perms, m: int, hops: int) -> float:
     """
     pred = decode(construct(seed, perms, m, 1))  # [R, N]
     chain_list = data.chains(np.asarray(perms).shape[0], hops)
-    return float(np.mean(compose_np(pred, chain_list) == compose_np(perms, chain_list)))
+    return float(np.mean(data.compose(pred, chain_list) == data.compose(perms, chain_list)))
 
 
 def to_model(cons: Construction, hops: int, margin: float = 1.0) -> OneLayer:
@@ -150,14 +138,15 @@ def to_model(cons: Construction, hops: int, margin: float = 1.0) -> OneLayer:
             w1[m + hop * r + rel, lo:lo + 2 * m] = big * (0.5 if hop == hops - 1 else 1.0)
         w2[lo:lo + m, :m], w2[lo + m:lo + 2 * m, :m] = np.eye(m), -np.eye(m)
     model = OneLayer(n, hops * r, d, hidden, rngs=nnx.Rngs(0))
-    model.subjects[...] = jnp.zeros((n, d)).at[:, :m].set(cons.embeddings)
-    model.relations[...] = jnp.zeros((hops * r, d)).at[:, m:].set(jnp.eye(hops * r))
-    model.wq[...] = jnp.zeros((d, d))
-    model.wk[...] = jnp.zeros((d, d))
-    model.wv[...] = (hops + 1) * jnp.eye(d)
-    model.wo[...] = jnp.eye(d)
-    model.w1[...] = jnp.asarray(w1)
-    model.b1[...] = jnp.full((hidden,), -big * hops, jnp.float32)
-    model.w2[...] = jnp.asarray(w2)
-    model.unembed[...] = jnp.zeros((n, d)).at[:, :m].set(cons.codes)
+    subjects = np.zeros((n, d), np.float32)
+    subjects[:, :m] = cons.embeddings
+    relations = np.zeros((hops * r, d), np.float32)
+    relations[:, m:] = np.eye(hops * r)
+    unembed = np.zeros((n, d), np.float32)
+    unembed[:, :m] = cons.codes
+    weights = {"subjects": subjects, "relations": relations, "wq": np.zeros((d, d)),
+               "wk": np.zeros((d, d)), "wv": (hops + 1) * np.eye(d), "wo": np.eye(d),
+               "w1": w1, "b1": np.full((hidden,), -big * hops), "w2": w2, "unembed": unembed}
+    for name, value in weights.items():
+        getattr(model, name)[...] = jnp.asarray(value, jnp.float32)
     return model

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -27,11 +25,14 @@ def check_sizes(n: int, r: int, hops: int = 1) -> None:
             raise ValueError(f"{name}={value!r}; expected an int >= {low}")
 
 
-def bijections(key: jax.Array, n: int, r: int) -> jax.Array:
-    """Returns ``[R, N]`` int32: row ``r`` is a uniformly random permutation ``pi_r``."""
+def bijections(seed: int, n: int, r: int) -> np.ndarray:
+    """Returns ``[R, N]`` int32: row ``r`` is a uniformly random permutation ``pi_r``.
+
+    Drawn with NumPy from ``(seed, n, r)`` (a jax.random draw would compile per ``N``).
+    """
     check_sizes(n, r)
-    keys = jax.random.split(key, r)
-    return jax.vmap(lambda k: jax.random.permutation(k, n))(keys).astype(jnp.int32)
+    rng = np.random.default_rng([int(seed), int(n), int(r)])
+    return np.stack([rng.permutation(n) for _ in range(r)]).astype(np.int32)
 
 
 def chains(r: int, hops: int) -> np.ndarray:
@@ -40,16 +41,16 @@ def chains(r: int, hops: int) -> np.ndarray:
     return np.asarray(list(itertools.product(range(r), repeat=hops)), np.int32).reshape(-1, hops)
 
 
-def compose(perms: jax.Array, chain_list: np.ndarray) -> jax.Array:
+def compose(perms, chain_list: np.ndarray) -> np.ndarray:
     """Composite maps ``[C, N]``: row ``c`` is ``pi_{c_L} o ... o pi_{c_1}``."""
-    n = perms.shape[1]
-    out = []
-    for chain in np.asarray(chain_list):
-        m = jnp.arange(n, dtype=jnp.int32)
+    perms = np.asarray(perms)
+    out = np.empty((len(chain_list), perms.shape[1]), np.int32)
+    for c, chain in enumerate(np.asarray(chain_list)):
+        m = np.arange(perms.shape[1])
         for rel in chain:
             m = perms[int(rel)][m]
-        out.append(m)
-    return jnp.stack(out)
+        out[c] = m
+    return out
 
 
 def relation_token(n: int, r: int, hop, rel):
@@ -61,19 +62,19 @@ def vocab_size(n: int, r: int, hops: int) -> int:
     return n + hops * r
 
 
-def queries(perms: jax.Array, hops: int = 1) -> tuple[jax.Array, jax.Array, np.ndarray]:
+def queries(perms, hops: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every ``hops``-hop query over all subjects and chains.
 
     Returns:
-      ``tokens [C*N, 1+hops]`` (chain-major: rows ``c*N .. c*N+N-1`` ask chain
-      ``c`` of every subject), ``answers [C*N]`` and the chain list ``[C, hops]``.
+      ``tokens [C*N, 1+hops]`` int32 (chain-major: rows ``c*N .. c*N+N-1`` ask
+      chain ``c`` of every subject), ``answers [C*N]`` and the chain list ``[C, hops]``.
     """
+    perms = np.asarray(perms)
     r, n = perms.shape
     chain_list = chains(r, hops)
     answers = compose(perms, chain_list)  # [C, N]
     c = len(chain_list)
-    subj = jnp.tile(jnp.arange(n, dtype=jnp.int32), c)
-    rel_tok = [jnp.repeat(relation_token(n, r, hop, jnp.asarray(chain_list[:, hop])), n)
-               for hop in range(hops)]
-    tokens = jnp.stack([subj, *rel_tok], axis=1).astype(jnp.int32)
+    subj = np.tile(np.arange(n), c)
+    rel_tok = [np.repeat(relation_token(n, r, hop, chain_list[:, hop]), n) for hop in range(hops)]
+    tokens = np.stack([subj, *rel_tok], axis=1).astype(np.int32)
     return tokens, answers.reshape(-1), chain_list

@@ -13,6 +13,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -44,9 +45,15 @@ class OneLayer(nnx.Module):
             raise ValueError(f"OneLayer width={width}, hidden_width={hidden_width} must be >= "
                              f"d={d}, hidden={hidden}")
 
+        # Drawn with NumPy from one key of ``rngs``: a jax.random draw per parameter
+        # shape would compile a program per shape, which dominates tiny models.
+        seed = np.asarray(jax.random.key_data(rngs.params())).ravel().tolist()
+        rng = np.random.default_rng(seed)
+
         def p(shape, fan_in, padded):
-            w = jax.random.normal(rngs.params(), shape, jnp.float32) / fan_in**0.5
-            return nnx.Param(jnp.zeros(padded, jnp.float32).at[:shape[0], :shape[1]].set(w))
+            w = np.zeros(padded, np.float32)
+            w[:shape[0], :shape[1]] = rng.standard_normal(shape) / fan_in**0.5
+            return nnx.Param(jnp.asarray(w))
 
         self.subjects = p((n, d), d, (n, width))
         self.relations = p((n_relation_tokens, d), d, (n_relation_tokens, width))

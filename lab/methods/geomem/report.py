@@ -13,7 +13,8 @@ from lab.outputs import markdown_table, save_figure
 def main_table(res: dict, n_relations: int) -> list[dict]:
     """One row per N: smallest width at 99% for construction and training, the
     counting bound at 1 bit/coordinate, bits per coordinate used, and (where a
-    model was trained) the superposition R^2, gating selectivity, zero-shot accuracy."""
+    model was trained) the superposition R^2, gating selectivity and zero-shot
+    accuracy of the search's early-stopped model at ``d_train``."""
     cons = {r["n"]: r["d"] for r in res["construction"]}
     train = {r["n"]: r["d"] for r in res["train"]}
     probe = res.get("probe_per_n", {})
@@ -28,9 +29,9 @@ def main_table(res: dict, n_relations: int) -> list[dict]:
             "bits_per_coord_construction": capacity.bits_per_coordinate(n, n_relations,
                                                                         cons.get(n)),
             "bits_per_coord_train": capacity.bits_per_coordinate(n, n_relations, train.get(n)),
-            "superposition_r2": p.get("superposition", {}).get("r2_heldout"),
-            "gating_selectivity": p.get("gating", {}).get("selectivity"),
-            "zero_shot_accuracy": p.get("zero_shot_accuracy"),
+            "superposition_r2_at_d_train": p.get("superposition", {}).get("r2_heldout"),
+            "gating_at_d_train": p.get("gating", {}).get("selectivity"),
+            "zero_shot_at_d_train": p.get("zero_shot_accuracy"),
         })
     return rows
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -30,7 +29,7 @@ def construction_dims(ns, n_relations: int, m_grid, *, hops: int = 1, cot: bool 
     model width ``d = m + hops*R`` at which the construction reaches ``target``."""
     rows = []
     for n in ns:
-        perms = np.asarray(data.bijections(jax.random.PRNGKey(seed + n), n, n_relations))
+        perms = data.bijections(seed, n, n_relations)
         if cot:
             def evaluate(m, perms=perms):
                 return construction.cot_accuracy(seed, perms, m, hops)
@@ -67,7 +66,7 @@ def train_dims(ns, n_relations: int, d_grid, fit_cfg: training.FitConfig, *,
     width = max(d_grid)
     for n in ns:
         t0 = time.time()
-        perms = data.bijections(jax.random.PRNGKey(seed + n), n, n_relations)
+        perms = data.bijections(seed, n, n_relations)
         trained, steps = {}, {}
 
         def evaluate(d, n=n, perms=perms, trained=trained, steps=steps):
@@ -97,7 +96,7 @@ def train_probe_model(n: int, n_relations: int, d: int, fit_cfg: training.FitCon
     """A one-hop model trained at width ``d`` (zero-padded to ``width``) for
     ``fit_cfg.steps``; with ``target=None`` there is no early stop, so this is the
     converged solution the probes look at. Returns ``(model, perms, stats)``."""
-    perms = data.bijections(jax.random.PRNGKey(seed + n), n, n_relations)
+    perms = data.bijections(seed, n, n_relations)
     model, stats = _train_one(n, perms, 1, d, hidden_mult, max(d, width or d), fit_cfg, seed)
     return model, perms, stats
 
@@ -109,12 +108,13 @@ def probe_and_transfer(model: OneLayer, perms, fit_cfg: training.FitConfig, *,
 
     Measures: held-out superposition R^2 of the trained subject embeddings (and of
     a random table of the same shape, and of the closed-form construction);
-    relation selectivity of MLP units (trained, at initialisation); zero-shot
+    relation selectivity of MLP units; zero-shot
     accuracy on new bijections when subject embeddings are rebuilt by the fitted
     superposition rule ``e'_s = sum_r W_r u_{pi'_r(s)} + b`` with every other
-    weight kept; accuracy after fitting only the new subject embeddings for
-    ``transfer_steps`` steps, with the trained network frozen vs a random one
-    (only when ``refit``; these are two more trainings).
+    weight kept. Only when ``refit`` (two more trainings): gating of the model at
+    initialisation and of the construction, and accuracy after fitting only fresh
+    subject embeddings for ``transfer_steps`` steps through the frozen trained
+    network vs a frozen random one.
     """
     r, n = perms.shape
     tokens, answers, _ = data.queries(perms, 1)
@@ -132,6 +132,18 @@ def probe_and_transfer(model: OneLayer, perms, fit_cfg: training.FitConfig, *,
 
     _, cap = capture(model, tokens)
     out["gating"] = probes.gating_selectivity(cap["z"], rel, r)
+    new_perms = data.bijections(seed + 10_000, n, r)
+    new_tokens, new_answers, _ = data.queries(new_perms, 1)
+    coef = probes.fit_superposition(emb, codes, perms)
+    new_emb = probes.superposition_features(codes, new_perms) @ coef
+    moved = nnx.clone(model)
+    table = np.zeros(moved.subjects.shape, np.float32)
+    table[:, :d] = new_emb
+    moved.subjects[...] = jnp.asarray(table)
+    out["zero_shot_accuracy"] = accuracy(moved, new_tokens, new_answers)
+    out["accuracy_before_transfer"] = accuracy(model, tokens, answers)
+    if not refit:
+        return out
     width = model.subjects.shape[1]
     init = OneLayer(n, r, d, hidden_mult * d, rngs=nnx.Rngs(seed + 1), width=width,
                     hidden_width=model.w1.shape[1])
@@ -141,18 +153,6 @@ def probe_and_transfer(model: OneLayer, perms, fit_cfg: training.FitConfig, *,
     _, capc = capture(cmodel, tokens)
     out["gating_construction"] = probes.gating_selectivity(capc["z"], rel, r)
 
-    # Zero-shot transfer: new bijections, subject embeddings rebuilt by the rule.
-    new_perms = data.bijections(jax.random.PRNGKey(seed + 10_000), n, r)
-    new_tokens, new_answers, _ = data.queries(new_perms, 1)
-    coef = probes.fit_superposition(emb, codes, perms)
-    new_emb = probes.superposition_features(codes, new_perms) @ coef
-    moved = nnx.clone(model)
-    moved.subjects[...] = jnp.zeros_like(moved.subjects[...]).at[:, :d].set(new_emb)
-    out["zero_shot_accuracy"] = accuracy(moved, new_tokens, new_answers)
-    out["accuracy_before_transfer"] = accuracy(model, tokens, answers)
-
-    if not refit:
-        return out
     # Fit only the new subject embeddings: trained network frozen vs a random one.
     short = training.FitConfig(steps=transfer_steps, learning_rate=fit_cfg.learning_rate,
                                batch_size=fit_cfg.batch_size, segment=min(fit_cfg.segment,
@@ -174,14 +174,14 @@ def multihop(n: int, n_relations: int, d_grid, fit_cfg: training.FitConfig, *,
     """Two-hop accuracy vs width for training: without CoT (a model trained on the
     ``R^2`` two-hop queries) and with CoT (a one-hop model of the same width applied
     twice, the intermediate entity emitted and fed back as the subject)."""
-    perms = data.bijections(jax.random.PRNGKey(seed + 7 * n), n, n_relations)
+    perms = data.bijections(seed + 7, n, n_relations)
     tokens2, answers2, chain_list = data.queries(perms, 2)
     width = max(max(d_grid), width or 0)
     rows = []
     for d in d_grid:
         one, stats1 = _train_one(n, perms, 1, d, hidden_mult, width, fit_cfg, seed)
         pred = predict(one, data.queries(perms, 1)[0]).reshape(n_relations, n)
-        cot = float(jnp.mean(data.compose(pred, chain_list).reshape(-1) == answers2))
+        cot = float(np.mean(data.compose(pred, chain_list).reshape(-1) == answers2))
         two, stats2 = _train_one(n, perms, 2, d, hidden_mult, width, fit_cfg, seed)
         rows.append({"d": d, "one_hop": stats1["accuracy"], "two_hop_cot": cot,
                      "two_hop_no_cot": stats2["accuracy"]})

@@ -1,0 +1,100 @@
+"""experiments/reproduce.py: discovery, the combined report, failures that do not stop the run."""
+
+import json
+import os
+
+import pytest
+from absl import flags
+
+from experiments import reproduce
+from lab.outputs import claim, write_outputs
+
+
+def test_discover_finds_geomem_and_skips_launchers_without_a_config():
+    names = reproduce.discover()
+    assert "geomem" in names
+    assert "reproduce" not in names and "train_lm" not in names
+
+
+def test_only_geomem_writes_scoreboard_status_and_rewritten_plots(tmp_path):
+    summary = reproduce.run_all("test", str(tmp_path), only=["geomem"])
+    assert summary["failed"] == [] and [e["name"] for e in summary["experiments"]] == ["geomem"]
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# Lab reproduction report (preset `test`)")
+    assert "## Scoreboard" in report and "## Status" in report
+    n_claims = len(summary["experiments"][0]["claims"])
+    assert n_claims == summary["claims_total"] > 0
+    assert f"{summary['claims_held']} of {n_claims} claims hold" in report
+    assert report.count("| geomem | yes |") + report.count("| geomem | no |") == n_claims
+    assert "![dims_vs_logn.png](geomem/dims_vs_logn.png)" in report
+    assert "\n## geomem\n" in report and "\n### Claims\n" in report  # demoted headings
+    assert (tmp_path / "geomem" / "dims_vs_logn.png").exists()
+    assert json.loads((tmp_path / "results.json").read_text())["claims_total"] == n_claims
+
+
+def _fake_registry(monkeypatch, ran):
+    def get_config(preset):
+        return {"preset": preset}
+
+    def broken(config, workdir):
+        ran.append("broken")
+        raise RuntimeError("deliberate failure")
+
+    def fine(config, workdir):
+        ran.append("fine")
+        return write_outputs(workdir, name="fine", config=config, report="fine body",
+                             results={"claims": [claim("Fine works.", "m", 1.0, True)]})
+
+    monkeypatch.setattr(reproduce, "discover", lambda root=None: ["broken", "fine"])
+    monkeypatch.setattr(reproduce, "load", lambda name: (get_config, {"broken": broken,
+                                                                      "fine": fine}[name]))
+
+
+def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    ran = []
+    _fake_registry(monkeypatch, ran)
+    summary = reproduce.run_all("test", str(tmp_path))
+    assert ran == ["broken", "fine"]
+    assert summary["failed"] == ["broken"] and summary["claims_held"] == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "| broken | failed |" in report and "RuntimeError: deliberate failure" in report
+    assert "| fine | yes | Fine works. |" in report and "fine body" in report
+    assert "deliberate failure" in (tmp_path / "broken" / "error.txt").read_text()
+
+
+def test_main_exits_1_after_writing_the_report_when_one_failed(tmp_path, monkeypatch):
+    _fake_registry(monkeypatch, [])
+    flags.FLAGS(["reproduce", f"--workdir={tmp_path}", "--preset=test"])
+    try:
+        with pytest.raises(SystemExit) as e:
+            reproduce.main([])
+        assert e.value.code == 1
+        assert (tmp_path / "report.md").exists()
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_unknown_only_and_preset_are_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"--only names \['nope'\] are not registered"):
+        reproduce.run_all("test", str(tmp_path), only=["nope"])
+    with pytest.raises(ValueError, match="preset='fast' is unknown"):
+        reproduce.run_all("fast", str(tmp_path))
+    assert not os.listdir(tmp_path)
+
+
+def test_two_launchers_defining_the_same_flags_import_in_one_process(tmp_path, monkeypatch):
+    body = ("from absl import flags\nfrom ml_collections import config_flags\n"
+            "_C = config_flags.DEFINE_config_file('config', lock_config=True)\n"
+            "_W = flags.DEFINE_string('workdir', None, 'w', required=True)\n"
+            "def run(config, workdir):\n    return {'claims': []}\n")
+    pkg = tmp_path / "fake_launchers"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("one", "two"):
+        (pkg / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    had_workdir = flags.FLAGS["workdir"]
+    one = reproduce._import_launcher("fake_launchers.one")
+    two = reproduce._import_launcher("fake_launchers.two")  # would raise DuplicateFlagError
+    assert one.run is not two.run
+    assert flags.FLAGS["workdir"] is had_workdir  # the flags in force are put back
