@@ -10,12 +10,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import logging  # noqa: E402
 
 from configs.gpa import get_config  # noqa: E402
 from lab import config as lab_config  # noqa: E402
-from lab import outputs  # noqa: E402
+from lab import launch, outputs  # noqa: E402
 from lab.methods.gpa import baselines, design, smc  # noqa: E402
 from lab.methods.gpa.sampler import GPAConfig, gpa  # noqa: E402
 
@@ -169,14 +168,5 @@ def run(config, workdir: str) -> dict:
                                  report="".join(report), plots=plots)
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)

@@ -18,13 +18,13 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import logging
 
 from configs.hawkeye import FORMATS, STRATEGIES, TARGETS, get_config
 from kernels_pallas import lowp
 from kernels_pallas import matmul as mm
 from kernels_pallas import taxonomy as tx
+from lab import launch
 from lab.config import validate
 from lab.methods import hawkeye as hk
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
@@ -248,14 +248,5 @@ def run(config, workdir: str) -> dict:
                          report=report, plots=plots)
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)

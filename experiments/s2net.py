@@ -16,12 +16,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import logging
 from flax import nnx
-from ml_collections import config_flags
 
 from configs.s2net import get_config
-from lab import outputs
+from lab import launch, outputs
 from lab.config import validate
 from lab.methods import s2net as s2
 
@@ -219,14 +218,5 @@ def _plot(table: dict, workdir: str) -> str:
     return outputs.save_figure(fig, workdir, "s2net.png")
 
 
-def main(argv):
-    del argv
-    run(flags.FLAGS.config, flags.FLAGS.workdir)
-
-
 if __name__ == "__main__":
-    # Flags are defined here, not at import, so that several experiments can be imported
-    # in one process (reproduce, pytest) without absl's DuplicateFlagError on "config".
-    config_flags.DEFINE_config_file("config", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-    app.run(main)
+    launch.main(run)
