@@ -40,3 +40,5 @@ def test_notebook_executes(monkeypatch):
     line = next(s for s in text.splitlines() if "S2NET max |kernel - reference|:" in s)
     assert float(line.split(":")[-1]) < 1e-4
     assert "S2NET trained 2 models" in text
+    # GPA: the annealing reached beta = 1.
+    assert "final beta: 1.0" in text
