@@ -1,0 +1,106 @@
+"""experiments/gold_panning.py end to end at the test preset, and its config errors."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from configs.gold_panning import get_config
+from experiments import gold_panning
+from lab import zoo
+from lab.methods import gold_panning as gp
+
+METHODS = ("single_pass", "psc", "gold_panning", "uncertainty", "bayes_random_order",
+           "gold_panning_mismatch")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("gold_panning"))
+    return workdir, gold_panning.run(get_config("test"), workdir)
+
+
+def test_writes_results_report_and_plot(outputs):
+    workdir, results = outputs
+    for f in ("config.json", "results.json", "report.md", "gold_panning.png"):
+        assert os.path.getsize(os.path.join(workdir, f)) > 0, f
+    with open(os.path.join(workdir, "results.json")) as f:
+        on_disk = json.load(f)
+    assert {k: v for k, v in on_disk.items() if k != "plots"} == results
+    report = open(os.path.join(workdir, "report.md")).read()
+    assert "## Claims" in report and "Diagnosticity profile" in report
+
+
+def test_curves_profiles_and_claims_are_measured(outputs):
+    _, results = outputs
+    cfg = get_config("test")
+    for key in ("profile", "profile_mismatch"):
+        for rate in ("tpr", "fpr"):
+            v = np.asarray(results[key][rate])
+            assert v.shape == (cfg.real_n,) and ((0 <= v) & (v <= 1)).all()
+    real = results["real"]
+    for m in METHODS:
+        for row in real[m]:
+            assert 0 <= row["accuracy"] <= 1 and 0 <= row["f1"] <= 1
+            assert row["queries"] <= row["budget"]
+    assert [r["budget"] for r in real["psc"]] == list(cfg.psc_m)
+    # GOLD PANNING's curve is a prefix of one run: queries never decrease with the budget
+    q = [r["queries"] for r in real["gold_panning"]]
+    assert q == sorted(q)
+    # every query reached the LM and was counted
+    assert real["model_queries"] >= cfg.n_eval * (1 + max(cfg.psc_m) + 4)
+    assert list(results["sim_rounds"]) == [str(n) for n in cfg.sim.ns]
+    assert len(results["claims"]) == 4
+    assert all(isinstance(c["holds"], bool) for c in results["claims"])
+    fit = results["rounds_fit"]
+    assert fit["r2"] <= 1.0
+
+
+def test_fit_log_recovers_a_log_law():
+    ns = [8, 16, 32, 64]
+    fit = gold_panning.fit_log(ns, [1.0 + 2.0 * np.log(n) for n in ns])
+    assert fit["a"] == pytest.approx(1.0) and fit["b"] == pytest.approx(2.0)
+    assert fit["r2"] == pytest.approx(1.0)
+
+
+def test_queries_to_match_finds_the_first_budget_at_psc_f1():
+    curves = {"psc": [{"f1": 0.5, "queries": 1.0}, {"f1": 0.8, "queries": 8.0}],
+              "gold_panning": [{"f1": 0.6, "queries": 1.0}, {"f1": 0.85, "queries": 3.5},
+                               {"f1": 0.9, "queries": 4.0}]}
+    m = gold_panning.queries_to_match(curves)
+    assert m["gp_queries"] == 3.5 and m["saving"] == pytest.approx(1 - 3.5 / 8)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("gp.threshold", 1.5, "gp.threshold=1.5"),
+    ("real_n", 1, "real_n=1"),
+    ("gp.floor", 0.0, "gp.floor=0.0"),
+    ("psc_m", [0, 2], "psc_m"),
+    ("sim.ns", [8], "sim.ns"),
+])
+def test_bad_config_fails_before_any_work(tmp_path, key, value, match):
+    cfg = get_config("test")
+    node = cfg
+    *head, last = key.split(".")
+    for k in head:
+        node = node[k]
+    node[last] = value
+    before = sum(zoo.TRAININGS.values())
+    with pytest.raises(ValueError, match=match):
+        gold_panning.run(cfg, str(tmp_path / "out"))
+    assert sum(zoo.TRAININGS.values()) == before and not (tmp_path / "out").exists()
+
+
+def test_unknown_config_key_is_named(tmp_path):
+    cfg = get_config("test")
+    cfg.gp.thresold = 0.5
+    with pytest.raises(ValueError, match="gp.thresold"):
+        gold_panning.run(cfg, str(tmp_path))
+
+
+def test_simulated_query_matches_lm_interface():
+    prof = gp.make_profile([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])
+    q = gp.simulated_query(prof, np.array([2, 0]))
+    obs = q(np.array([0, 1]), np.array([[2, 0, 1], [1, 2, 0]]))
+    assert obs.tolist() == [0, 2]  # the position holding each row's gold document
