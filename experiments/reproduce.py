@@ -115,14 +115,14 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
                                 "seconds": round(e["seconds"], 1),
                                 "error": e.get("error", "")} for e in entries]))
     for e in entries:
-        out.append(f"\n---\n\n## {e['name']}\n")
+        out.append("\n---\n")
         path = os.path.join(workdir, e["name"], "report.md")
         if e["status"] == "ok" and os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:  # its "# name" title becomes "## name"
                 out.append(_rewrite(f.read(), e["name"]))
         else:
-            out.append(f"Failed after {e['seconds']:.1f} s: `{e.get('error', '')}` "
-                       f"(traceback in `{e['name']}/error.txt`).\n")
+            out.append(f"## {e['name']}\n\nFailed after {e['seconds']:.1f} s: "
+                       f"`{e.get('error', '')}` (traceback in `{e['name']}/error.txt`).\n")
     return "\n".join(out) + "\n"
 
 
