@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from lab.nn import KVCache, Transformer, TransformerConfig
-from lab.train import Trainer, TrainConfig, sft_loss
+from lab.train import TrainConfig, Trainer, sft_loss
 
 SPECIAL = 4  # BOS (autoregressive) or MASK (diffusion)
 VOCAB = 5

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lab.train import Trainer, TrainConfig
+from lab.train import TrainConfig, Trainer
 
 
 class CNNOracle(nnx.Module):
