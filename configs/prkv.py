@@ -38,18 +38,19 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.zoo.n_heads = 4
     c.zoo.n_kv_heads = 2
     c.zoo.d_ff = 256
-    c.zoo.max_len = 1024
-    c.zoo.steps = 500
+    c.zoo.max_len = 512
+    c.zoo.steps = 450
     c.zoo.learning_rate = 3e-3
     c.zoo.batch_size = 8
-    c.zoo.seq_len = 384
+    c.zoo.seq_len = 320
     c.zoo.n_train = 6000
     c.zoo.n_eval = 32
+    c.zoo.prompt_weight = 0.1         # loss weight of prompt tokens (lab.zoo)
 
     # Tasks (lab.data.synthetic generators), the same for training and evaluation.
     c.tasks = ml_collections.ConfigDict()
     c.tasks.names = ["variable_tracking", "needle", "arithmetic"]
-    c.tasks.context = [192, 320]       # characters = tokens (byte tokenizer)
+    c.tasks.context = [160, 256]       # characters = tokens (byte tokenizer)
     c.tasks.hops = [1, 3]
     c.tasks.n_chains = 2
     c.tasks.n_needles = 2
@@ -60,7 +61,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # Evaluation: greedy decoding after a compressed prefill, exact match of the answer.
     c.eval = ml_collections.ConfigDict()
     c.eval.n_per_task = 32
-    c.eval.batch_size = 8
+    c.eval.batch_size = 16
     c.eval.max_new_tokens = 40
     c.eval.policies = list(POLICIES)
     c.eval.ratios = [0.0, 0.25, 0.5, 0.75, 0.9]
@@ -100,7 +101,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.eval.n_per_task = 2
         c.eval.batch_size = 2
         c.eval.max_new_tokens = 8
-        c.eval.ratios = [0.0, 0.5, 0.9]
+        c.eval.ratios = [0.0, 0.75]
+        c.eval.policies = ["full", "streaming_llm", "snapkv", "prkv"]
         c.eval.window = 8
         c.eval.timing_repeats = 1
         c.prkv.iters = 10
@@ -110,7 +112,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.zoo.n_heads = 8
         c.zoo.d_ff = 768
         c.zoo.max_len = 4096
-        c.zoo.steps = 5000
+        c.zoo.steps = 8000
         c.zoo.batch_size = 16
         c.zoo.seq_len = 2304
         c.zoo.n_train = 100000

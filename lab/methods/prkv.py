@@ -139,6 +139,9 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
         raise ValueError("prkv needs stats.attn and stats.query_positions; register it with "
                          "needs=('attn', 'queries')")
     t = stats.attn.shape[-1]
+    if not isinstance(budget, jax.core.Tracer) and int(jnp.max(jnp.asarray(budget))) > t:
+        raise ValueError(f"budget={jnp.asarray(budget).tolist()} exceeds the context of {t} "
+                         "tokens; expected at most the prompt length per row")
     if cache.capacity != t:
         raise ValueError(f"prkv scores a cache of {t} slots (the prompt), got capacity "
                          f"{cache.capacity}")

@@ -1,0 +1,367 @@
+"""PRKV vs kvpress's eviction baselines on long-context synthetic tasks.
+
+A zoo LM (``config.zoo``, trained once on the tasks and cached by ``lab.zoo``)
+or a Hugging Face checkpoint (``--config.model=<dir>``) answers multi-hop
+variable tracking, needle retrieval and multi-step arithmetic after a prefill
+whose KV cache every policy compresses at every ratio; the answer is decoded
+greedily on the compressed cache and scored by exact match. Also measured:
+the kept KV bytes per example (from the compressed caches), each policy's
+scoring time as a fraction of the prefill forward (jitted, blocked, measured
+separately), and a question-only row (the prompt's context removed) that says
+what the model gets without the evidence.
+
+  python -m experiments.prkv --config=configs/prkv.py:default --workdir=/tmp/prkv
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+from flax import nnx
+from ml_collections import config_flags
+
+from configs.prkv import POLICIES, get_config
+from lab import infer, zoo
+from lab.config import check_preset, validate
+from lab.data import ByteTokenizer
+from lab.data.synthetic import extract_answer, generate
+from lab.infer import engine, policies
+from lab.methods import prkv as prkv_lib
+from lab.nn import TransformerConfig
+from lab.outputs import claim, markdown_table, save_figure, write_outputs
+from lab.zoo import ZooSpec
+
+TASKS = ("variable_tracking", "needle", "arithmetic")
+POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent")}
+
+
+def check_config(config):
+    """Validates ``config`` against its preset; raises ValueError naming the key."""
+    reference = get_config(check_preset(config.get("preset")))
+    pos = (lambda v: v > 0, "> 0")
+    validate(config, reference, {
+        "tasks.names": (lambda v: len(v) > 0 and all(t in TASKS for t in v),
+                        f"a non-empty list of {TASKS}"),
+        "tasks.context": (lambda v: len(v) == 2 and 0 < v[0] <= v[1], "[low, high] tokens"),
+        "eval.policies": (lambda v: len(v) > 0 and all(p in POLICIES for p in v),
+                          f"a non-empty list of {POLICIES}"),
+        "eval.ratios": (lambda v: len(v) > 0 and all(0 <= r < 1 for r in v) and 0.0 in v,
+                        "ratios in [0, 1), including 0"),
+        "eval.n_per_task": pos, "eval.batch_size": pos, "eval.max_new_tokens": pos,
+        "eval.window": pos, "eval.timing_repeats": pos,
+        "prkv.alpha": (lambda v: 0 <= v < 1, "0 <= alpha < 1"),
+        "prkv.iters": pos,
+        "prkv.graph": (lambda v: v in prkv_lib.GRAPHS, f"one of {prkv_lib.GRAPHS}"),
+        "zoo.steps": pos, "zoo.seq_len": pos,
+    })
+    return config
+
+
+def task_kwargs(config) -> dict:
+    """Generator keyword arguments per task (lab.data.synthetic), from ``config.tasks``."""
+    t = config.tasks
+    ctx = tuple(int(x) for x in t.context)
+    every = {
+        "variable_tracking": {"hops": tuple(t.hops), "context_len": ctx, "n_chains": t.n_chains},
+        "needle": {"context_len": ctx, "n_needles": t.n_needles},
+        "arithmetic": {"steps": tuple(t.arith_steps), "digits": t.arith_digits, "ops": "+-"},
+    }
+    return {name: every[name] for name in t.names}
+
+
+def zoo_spec(config) -> ZooSpec:
+    """The zoo LM of ``config.zoo``, trained on ``config.tasks`` (equal weights)."""
+    z = config.zoo
+    model = TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=z.d_model,
+                              n_layers=z.n_layers, n_heads=z.n_heads, n_kv_heads=z.n_kv_heads,
+                              head_dim=z.d_model // z.n_heads, d_ff=z.d_ff, max_len=z.max_len)
+    train = {"steps": z.steps, "learning_rate": z.learning_rate,
+             "warmup_steps": min(50, max(z.steps // 10, 1)), "schedule": "cosine",
+             "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "seed": config.seed,
+             "log_every": 25, "checkpoint_every": 100}
+    data = {"tasks": task_kwargs(config), "n_train": z.n_train, "n_eval": z.n_eval,
+            "seed": config.seed}
+    return ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
+                   batch_size=z.batch_size, pack=True, prompt_weight=z.prompt_weight,
+                   description="PRKV's LM: long-context variable tracking, needles, arithmetic")
+
+
+def load_model(config):
+    """``(model, tokenizer, info)``: the HF checkpoint ``config.model`` or the zoo LM."""
+    if config.model:
+        from lab.hf import load_pretrained, load_tokenizer
+        return load_pretrained(config.model), load_tokenizer(config.model), {
+            "source": config.model}
+    spec = zoo_spec(config)
+    t0 = time.time()
+    model, tok = zoo.load_spec(spec, progress=False)
+    m = zoo.metrics(spec)
+    return model, tok, {"source": spec.key, "load_seconds": time.time() - t0,
+                        "train_seconds": m["seconds"]["train"], "steps": m["steps"],
+                        "params": m["params"], "zoo_held_out": m["held_out"]}
+
+
+def policy_kwargs(name: str, config) -> dict:
+    extra = {"seed": config.seed, **{k: config.prkv[k] for k in POLICY_KWARGS["prkv"]}}
+    return {k: extra[k] for k in POLICY_KWARGS.get(name, ())}
+
+
+def encode(tok, prompts, pad_id: int, width: int):
+    rows = [tok.encode(p, add_bos=True) for p in prompts]
+    if max(len(r) for r in rows) > width:
+        raise ValueError(f"a prompt has {max(len(r) for r in rows)} tokens; the padded width "
+                         f"is {width}")
+    x = np.full((len(rows), width), pad_id, np.int32)
+    for i, r in enumerate(rows):
+        x[i, :len(r)] = r
+    return x, np.array([len(r) for r in rows], np.int32)
+
+
+def accuracy(model, tok, x, lengths, answers, *, policy, ratio, config, capacity):
+    """Exact-match accuracy of greedy answers after a compressed prefill."""
+    e = config.eval
+    kw = {} if ratio == 0 else {**policy_kwargs(policy, config), "window": e.window}
+    gen = infer.generate(model, x, lengths=lengths, max_new_tokens=e.max_new_tokens,
+                         stop_tokens=[tok.eos_id], policy=policy if ratio else "full",
+                         ratio=float(ratio), pad_id=int(tok.pad_id or 0), capacity=capacity,
+                         **kw)
+    texts = [tok.decode([int(t) for t in row[:n] if t != tok.eos_id])
+             for row, n in zip(np.asarray(gen.tokens), np.asarray(gen.lengths), strict=True)]
+    return [extract_answer(t) == a for t, a in zip(texts, answers, strict=True)]
+
+
+def _timed(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())  # compile
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def cache_costs(model, x, lengths, names, ratios, config):
+    """Kept KV bytes per example for every (policy, ratio), and scoring / prefill seconds.
+
+    The prefill statistics every policy needs are captured once (``engine._prefill``
+    with a recording policy); each policy's function is then jitted and timed on
+    them alone, against the jitted prefill forward without captures.
+    """
+    e = config.eval
+    graphdef, state = nnx.split(model)
+    t = x.shape[1]
+
+    def record(cache, stats, budget):
+        record.out = (cache, stats)
+        return cache
+
+    spy = policies.Policy(record, needs=policies.STATS, window=e.window)
+
+    @jax.jit
+    def capture(state, x, lengths):
+        engine._prefill(nnx.merge(graphdef, state), x, lengths, lengths, policy=spy, kwargs=(),
+                        window=e.window, capacity=t, hidden=False)
+        return record.out
+
+    @jax.jit
+    def forward(state, x, lengths):  # the prefill forward alone: no captures, no policy
+        return engine._prefill(nnx.merge(graphdef, state), x, lengths, lengths, policy=None,
+                               kwargs=(), window=e.window, capacity=t, hidden=False)[1]
+
+    cache, stats = capture(state, x, lengths)
+    prefill_s = _timed(lambda: forward(state, x, lengths), e.timing_repeats)
+    capture_s = _timed(lambda: capture(state, x, lengths), e.timing_repeats)
+    out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
+    for name in names:
+        pol = policies.get(name)
+        fn = jax.jit(functools.partial(pol.fn, **policy_kwargs(name, config)))
+        row = {"kept_bytes": {}}
+        for r in ratios:
+            budget = jnp.asarray(policies.budgets(lengths, r) if (r and pol.evicts)
+                                 else lengths, jnp.int32)
+            kept = fn(cache, stats, budget) if (r and pol.evicts) else cache
+            row["kept_bytes"][str(r)] = float(kept.kept_bytes()) / x.shape[0]
+        b = jnp.asarray(policies.budgets(lengths, max(ratios)), jnp.int32)
+        row["score_seconds"] = _timed(lambda fn=fn, b=b: fn(cache, stats, b), e.timing_repeats)
+        row["score_fraction"] = row["score_seconds"] / prefill_s
+        out["policies"][name] = row
+    return out
+
+
+def question_only(prompt: str) -> str:
+    """The prompt's last line (the question), the context removed."""
+    lines = prompt.rstrip("\n").split("\n")
+    return lines[-1] + "\n"
+
+
+def _claims(acc, costs, solved, config) -> list[dict]:
+    c, e = config.claims, config.eval
+    high = [r for r in c.high_ratios if r in e.ratios]
+    baselines = [p for p in e.policies if p not in ("full", "prkv")]
+    out = []
+    tasks = [t for t in acc if solved[t]]
+    out.append(claim(f"the model solves each task with the full cache (exact match >= "
+                     f"{c.solved_accuracy})", "full-cache exact match per task",
+                     {t: acc[t]["full"]["0.0"] for t in acc}, all(solved.values())))
+    if "prkv" in e.policies and baselines and high and tasks:
+        def mean(p, ts):
+            return float(np.mean([acc[t][p][str(r)] for t in ts for r in high]))
+        best = max(baselines, key=lambda p: mean(p, tasks))
+        out.append(claim(
+            f"PRKV is at least on par with the best baseline at ratios {high} (mean over the "
+            f"solved tasks {tasks}, margin {c.margin})", "mean exact match",
+            {"prkv": mean("prkv", tasks), best: mean(best, tasks)},
+            mean("prkv", tasks) >= mean(best, tasks) - c.margin))
+        mh = c.multihop_task
+        if mh in tasks:
+            best_mh = max(baselines, key=lambda p: mean(p, [mh]))
+            out.append(claim(f"PRKV is ahead of every baseline on {mh} at ratios {high}",
+                             f"mean exact match on {mh}",
+                             {"prkv": mean("prkv", [mh]), best_mh: mean(best_mh, [mh])},
+                             mean("prkv", [mh]) > mean(best_mh, [mh])))
+        else:
+            out.append(claim(f"PRKV is ahead of every baseline on {mh} at ratios {high}",
+                             f"mean exact match on {mh}", "task not solved at full cache",
+                             False))
+    ratios = sorted(e.ratios)
+    mono = {}
+    for t, tc in costs.items():
+        for p, row in tc["policies"].items():
+            if p == "full":
+                continue
+            kb = [row["kept_bytes"][str(r)] for r in ratios]
+            mono[f"{t}/{p}"] = bool(all(a > b for a, b in zip(kb, kb[1:], strict=False)))
+    out.append(claim("kept KV bytes (measured from the compressed caches) fall strictly with "
+                     "the ratio for every evicting policy on every task",
+                     "policies with strictly decreasing bytes", f"{sum(mono.values())}/{len(mono)}",
+                     all(mono.values())))
+    first = next(iter(costs.values()))
+    if "prkv" in first["policies"]:
+        frac = first["policies"]["prkv"]["score_fraction"]
+        out.append(claim("PRKV's scoring costs less than the prefill forward it follows",
+                         "PRKV scoring time / prefill forward time", frac, frac < 1.0))
+    return out
+
+
+def _plot(acc, ratios, workdir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(acc), figsize=(4.5 * len(acc), 3.6), squeeze=False)
+    for ax, (task, rows) in zip(axes[0], acc.items(), strict=True):
+        for p, row in rows.items():
+            if p == "question_only":
+                ax.axhline(row["0.0"], color="gray", ls=":", label="question only")
+                continue
+            ax.plot(ratios, [row[str(r)] for r in ratios], marker="o",
+                    lw=2.5 if p == "prkv" else 1.2, label=p)
+        ax.set(title=task, xlabel="compression ratio", ylabel="exact match", ylim=(-0.02, 1.02))
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    return save_figure(fig, workdir, "accuracy_vs_ratio.png")
+
+
+def run(config, workdir: str) -> dict:
+    """Runs the comparison; writes config.json, results.json, report.md and the plot."""
+    check_config(config)
+    t0 = time.time()
+    e = config.eval
+    model, tok, info = load_model(config)
+    pad_id = int(tok.pad_id or 0)
+    kwargs = task_kwargs(config)
+    data = {t: generate(t, e.n_per_task, seed=config.tasks.eval_seed, **kwargs[t])
+            for t in config.tasks.names}
+    longest = max(len(tok.encode(p, add_bos=True)) for d in data.values() for p in d["prompt"])
+    width = -(-longest // 32) * 32
+    capacity = width + e.max_new_tokens
+    if capacity > model.config.max_len:
+        raise ValueError(f"prompts of {width} tokens + eval.max_new_tokens {e.max_new_tokens} "
+                         f"exceed the model's max_len {model.config.max_len}")
+    ratios = [float(r) for r in e.ratios]
+    acc, costs = {}, {}
+    bs = e.batch_size
+    for task, d in data.items():
+        n = len(d)
+        idx = [list(range(i, i + bs)) for i in range(0, n, bs)]
+        idx = [[j % n for j in b] for b in idx]                 # the last batch wraps around
+        rows = {}
+        for b_i, b in enumerate(idx):
+            x, lengths = encode(tok, [d["prompt"][j] for j in b], pad_id, width)
+            qx, qlen = encode(tok, [question_only(d["prompt"][j]) for j in b], pad_id, width)
+            answers = [d["answer"][j] for j in b]
+            take = len(b) if b_i < len(idx) - 1 else n - b_i * bs
+            ok = {"question_only": {0.0: accuracy(model, tok, qx, qlen, answers, policy="full",
+                                                  ratio=0.0, config=config,
+                                                  capacity=capacity)}}
+            full = accuracy(model, tok, x, lengths, answers, policy="full", ratio=0.0,
+                            config=config, capacity=capacity)
+            for p in e.policies:
+                ok[p] = {r: full if r == 0 else accuracy(model, tok, x, lengths, answers,
+                                                         policy=p, ratio=r, config=config,
+                                                         capacity=capacity) for r in ratios
+                         if p != "full" or r == 0}
+            for p, per_ratio in ok.items():
+                for r, v in per_ratio.items():
+                    rows.setdefault(p, {}).setdefault(str(r), []).extend(v[:take])
+            if b_i == 0:
+                costs[task] = cache_costs(model, x, lengths, list(e.policies), ratios, config)
+            logging.info("prkv: %s batch %d/%d done (%.0fs)", task, b_i + 1, len(idx),
+                         time.time() - t0)
+        acc[task] = {p: {r: float(np.mean(v)) for r, v in per.items()} for p, per in rows.items()}
+        acc[task]["full"] = {str(r): acc[task]["full"]["0.0"] for r in ratios}
+    solved = {t: acc[t]["full"]["0.0"] >= config.claims.solved_accuracy for t in acc}
+    claims = _claims(acc, costs, solved, config)
+    plot = _plot(acc, ratios, workdir)
+    results = {"model": info, "width": width, "n_per_task": e.n_per_task, "accuracy": acc,
+               "solved": solved, "costs": costs, "claims": claims,
+               "seconds": time.time() - t0}
+    write_outputs(workdir, name="prkv", config=config, results=results,
+                  report=_report(acc, costs, info, ratios, config), plots=[plot])
+    return results
+
+
+def _report(acc, costs, info, ratios, config) -> str:
+    lines = [f"Model: `{info['source']}`"]
+    if "train_seconds" in info:
+        lines.append(f" ({info['params']} parameters, {info['steps']} steps, trained in "
+                     f"{info['train_seconds']:.0f} s on this host when first built).")
+    lines.append(f"\n{config.eval.n_per_task} prompts per task, greedy answers, exact match. "
+                 "`question_only`: the prompt's last line alone (no context), at full cache; "
+                 "for arithmetic the question is the whole prompt.\n")
+    for task, rows in acc.items():
+        table = [{"policy": p, **{f"r={r:g}": row.get(str(r)) for r in ratios}}
+                 for p, row in rows.items()]
+        lines += [f"### {task}", markdown_table(table, floatfmt=".3f")]
+    mean_rows = []
+    for p in config.eval.policies:
+        mean_rows.append({"policy": p, **{f"r={r:g}": float(np.mean(
+            [acc[t][p][str(r)] for t in acc])) for r in ratios}})
+    lines += ["### mean over tasks", markdown_table(mean_rows, floatfmt=".3f")]
+    for task, tc in costs.items():
+        kb = [{"policy": p, **{f"r={r:g}": row["kept_bytes"][str(r)] for r in ratios},
+               "score ms": 1e3 * row["score_seconds"], "score / prefill": row["score_fraction"]}
+              for p, row in tc["policies"].items()]
+        lines += [f"### KV bytes kept per example and scoring time: {task}",
+                  f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch; the forward "
+                  f"capturing every statistic (attention probabilities included) "
+                  f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
+    return "\n\n".join(lines) + "\n"
+
+
+_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+
+
+def main(argv):
+    del argv
+    run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

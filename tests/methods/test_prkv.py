@@ -1,0 +1,141 @@
+"""PRKV: PageRank scores on hand-built attention graphs, the policy's kept sets, bad input."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+import pytest
+from flax import nnx
+
+from kernels_pallas import pagerank as kernel
+from lab import infer
+from lab.infer.policies import Stats
+from lab.methods import prkv
+from lab.nn import KVCache, Transformer, TransformerConfig
+
+
+def chain_attention(t, hops, n_heads=2):
+    """Causal attention ``[1, 1, H, T, T]``: token ``a`` attends fully to ``b`` for each
+    ``(a, b)`` in ``hops``; every other token attends to itself."""
+    a = np.zeros((t, t), np.float32)
+    for i in range(t):
+        a[i, i] = 1.0
+    for src, dst in hops:
+        a[src] = 0.0
+        a[src, dst] = 1.0
+    return jnp.asarray(np.broadcast_to(a, (1, 1, n_heads, t, t)).copy())
+
+
+def prefill_cache(t, n_kv=1):
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (1, 1, n_kv, t))
+    keys = jnp.ones((1, 1, n_kv, t, 4))
+    return KVCache(keys, keys, pos, jnp.array([t], jnp.int32))
+
+
+def kept(cache):
+    pos = np.asarray(cache.positions[0, 0])
+    return [sorted(int(p) for p in row if p >= 0) for row in pos]
+
+
+def test_personalized_pagerank_is_the_kernel_and_matches_networkx():
+    assert prkv.personalized_pagerank is kernel.personalized_pagerank
+    rng = np.random.default_rng(0)
+    w = rng.random((12, 12)) * (rng.random((12, 12)) < 0.4) + np.eye(12) * 0.01
+    p = w / w.sum(1, keepdims=True)
+    v = np.zeros(12)
+    v[-3:] = 1 / 3
+    pi = np.asarray(prkv.personalized_pagerank(jnp.asarray(p, jnp.float32),
+                                               jnp.asarray(v, jnp.float32), iters=200))
+    g = nx.DiGraph()
+    g.add_weighted_edges_from((i, j, w[i, j]) for i in range(12) for j in range(12) if w[i, j])
+    ref = nx.pagerank(g, alpha=0.85, personalization=dict(enumerate(v)), tol=1e-12)
+    np.testing.assert_allclose(pi, [ref[i] for i in range(12)], atol=1e-5)
+
+
+def test_prkv_keeps_multi_hop_evidence_that_one_hop_scores_miss():
+    # 11 (the question) -> 7 -> 3 -> 0: the question attends to 7 only.
+    t = 12
+    attn = chain_attention(t, [(11, 7), (7, 3), (3, 0)])
+    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
+                  query_positions=jnp.array([[11]], jnp.int32))
+    policy = jax.jit(functools.partial(prkv.prkv, iters=100))
+    assert kept(policy(prefill_cache(t), stats, jnp.array([4]))) == [[0, 3, 7, 11]]
+    # PageRank mass along the chain: (1-a), a(1-a), a^2(1-a), the rest absorbed at 0.
+    v = prkv.window_restart(stats.lengths, t, 1)
+    pi = np.asarray(prkv.prkv_scores(attn, v, 1, iters=200))[0, 0, 0]
+    a = 0.85
+    np.testing.assert_allclose(pi[[11, 7, 3]], [1 - a, a * (1 - a), a * a * (1 - a)], atol=1e-5)
+    np.testing.assert_allclose(pi.sum(), 1.0, atol=1e-5)
+    # The last query's own attention (TOVA's score) sees the first hop only.
+    assert np.flatnonzero(np.asarray(attn[0, 0, 0, 11])).tolist() == [7]
+
+
+def test_graph_per_head_or_per_group_and_protection():
+    t = 10
+    a0 = chain_attention(t, [(9, 5), (5, 2)], n_heads=1)    # head 0: 9 -> 5 -> 2
+    a1 = chain_attention(t, [(9, 6), (6, 1)], n_heads=1)    # head 1: 9 -> 6 -> 1
+    attn = jnp.concatenate([a0, a1], axis=2)                # one KV group of two heads
+    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
+                  query_positions=jnp.array([[9]], jnp.int32))
+    v = prkv.window_restart(stats.lengths, t, 1)
+    # Per head: each chain's PageRank, averaged over the two heads.
+    pi = np.asarray(prkv.prkv_scores(attn, v, 1, graph="head", iters=200))[0, 0, 0]
+    np.testing.assert_allclose(pi[[5, 6]], 0.5 * 0.85 * 0.15, atol=1e-5)
+    np.testing.assert_allclose(pi[[2, 1]], 0.5 * 0.85 ** 2, atol=1e-4)  # absorbed ends
+    # Per group: one graph, the heads' mean (5 now half-stays at itself, head 1's row).
+    pi = np.asarray(prkv.prkv_scores(attn, v, 1, graph="group", iters=200))[0, 0, 0]
+    np.testing.assert_allclose(pi[5], 0.85 * 0.5 * 0.15 / (1 - 0.85 * 0.5), atol=1e-5)
+    for graph in prkv.GRAPHS:                               # sink 0, then the chains' ends
+        policy = jax.jit(functools.partial(prkv.prkv, iters=100, n_sink=1, graph=graph))
+        assert kept(policy(prefill_cache(t), stats, jnp.array([3]))) == [[0, 1, 2]]
+    out = kept(jax.jit(functools.partial(prkv.prkv, iters=100, n_recent=2))(
+        prefill_cache(t), stats, jnp.array([4])))
+    assert out == [[1, 2, 8, 9]]
+
+
+def test_padding_rows_jump_to_the_restart_vector():
+    attn = chain_attention(6, [(3, 1)], n_heads=1)
+    attn = attn.at[0, 0, 0, 4:].set(0.0)                    # rows 4, 5: padding queries
+    v = prkv.window_restart(jnp.array([4]), 6, 1)           # restart at position 3
+    p = np.asarray(prkv.transition_graph(attn, 1, v))
+    np.testing.assert_allclose(p[0, 0, 0].sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(p[0, 0, 0, 4], np.asarray(v[0]))
+
+
+def test_bad_input_names_the_problem():
+    p = jnp.full((1, 4, 4), 0.5)                            # rows sum to 2
+    with pytest.raises(ValueError, match="row-stochastic"):
+        prkv.personalized_pagerank(p, jnp.full((1, 4), 0.25))
+    with pytest.raises(ValueError, match="graph='heads'"):
+        prkv.transition_graph(jnp.ones((1, 1, 2, 4, 4)) / 4, 1, jnp.full((1, 4), 0.25),
+                              graph="heads")
+    with pytest.raises(ValueError, match=r"restart spans .* expected 0 <= start < end <= 8"):
+        prkv.span_restart([3], [3], 8)
+    t = 6
+    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=chain_attention(t, []),
+                  query_positions=jnp.array([[5]], jnp.int32))
+    with pytest.raises(ValueError, match="budget=.* exceeds the context of 6 tokens"):
+        prkv.prkv(prefill_cache(t), stats, jnp.array([7]))
+    with pytest.raises(ValueError, match="window=0"):
+        prkv.window_restart(jnp.array([4]), 6, 0)
+
+
+def test_prkv_through_prefill_and_generate():
+    cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            head_dim=8, d_ff=64, max_len=48, init_std=0.5)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    x = np.array(np.random.default_rng(0).integers(1, 64, (2, 24)), np.int32)
+    lengths = np.array([24, 17], np.int32)
+    gen = infer.generate(model, x, lengths=lengths, max_new_tokens=5, policy="prkv",
+                         ratio=0.75, window=4, iters=20)
+    assert np.isfinite(np.asarray(gen.logprobs)).all()
+    _, cache = infer.prefill(model, x, lengths=lengths, policy="prkv", ratio=0.75, window=4,
+                             iters=20, n_recent=3)
+    pos = np.asarray(cache.positions)
+    for b, t in enumerate(lengths):
+        assert ((pos[:, b] >= 0).sum(-1) == int(t * 0.25)).all()
+        # n_recent protects the last tokens whatever their PageRank.
+        for row in pos[:, b].reshape(-1, pos.shape[-1]):
+            assert {t - 3, t - 2, t - 1} <= set(row.tolist())
