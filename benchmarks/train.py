@@ -11,7 +11,7 @@ same weights; the benchmark checks that their first losses agree and that their
 losses still agree after the timed steps (same function, same optimizer).
 
 Timing, on this CPU in one process, torch on ``--threads`` threads (XLA uses the
-machine's cores, here 2):
+machine's cores, here 2, or one thread with ``--threads 1``):
 
 * Lab: ``Trainer(model, sft_loss, config).fit(batch_fn)`` end to end (workdir
   None), after one identical warm-up fit that compiles the step, so each timed
@@ -21,7 +21,11 @@ machine's cores, here 2):
   scheduler, ``zero_grad`` after two warm-up iterations.
 
 Each side is timed ``--repeats`` times, interleaved, and the best run is kept so
-that load from other processes on the machine hurts both alike.
+that load from other processes on the machine hurts both alike. Besides
+wall-clock tokens/s the benchmark prints tokens per CPU-second of this process
+(``time.process_time``), which load from other processes does not inflate, and
+a third line: the same jitted ``value_and_grad`` + optax step without the
+Trainer, which isolates the Trainer's own overhead from the model's speed.
 
 Model-FLOPs utilisation: ``MFU = 6 * N * tokens_per_s / peak`` (Kaplan et al.
 2020's 6N FLOPs per trained token, N = all parameters with the tied embedding
@@ -44,16 +48,33 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+
+def _threads_from_argv(default: int = 2) -> int:
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return int(sys.argv[i + 1])
+        if arg.startswith("--threads="):
+            return int(arg.split("=", 1)[1])
+    return default
+
+
+# XLA's CPU thread pool is sized at start-up: with --threads 1 both sides run single-threaded
+# (on this 2-core machine the default XLA pool, 2 threads, matches --threads 2).
+if _threads_from_argv() == 1:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
+                               "false intra_op_parallelism_threads=1").strip()
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import optax  # noqa: E402
 import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 from transformers import Qwen3ForCausalLM  # noqa: E402
 
 from lab.hf import save_pretrained  # noqa: E402
 from lab.nn import Transformer, TransformerConfig  # noqa: E402
-from lab.train import TrainConfig, Trainer, sft_loss  # noqa: E402
+from lab.train import TrainConfig, Trainer, make_optimizer, sft_loss  # noqa: E402
 
 MODEL = TransformerConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2,
                           head_dim=32, d_ff=768, qk_norm=True, tie_embeddings=True, max_len=512)
@@ -92,7 +113,8 @@ def torch_trainer(hf: Qwen3ForCausalLM, steps: int, batch: dict):
     def lr_lambda(s):  # optax.warmup_cosine_decay_schedule(0, LR, WARMUP, steps, 0) / LR
         if s < WARMUP:
             return s / WARMUP
-        return 0.5 * (1 + math.cos(math.pi * min(s - WARMUP, steps - WARMUP) / (steps - WARMUP)))
+        span = max(steps, WARMUP + 1) - WARMUP
+        return 0.5 * (1 + math.cos(math.pi * min(s - WARMUP, span) / span))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
@@ -149,27 +171,50 @@ def main() -> None:
                       optimizer="adamw", weight_decay=WD, grad_clip=CLIP, log_every=steps,
                       progress=False)
 
+    def timed(fn):
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        return time.perf_counter() - w0, time.process_time() - c0, out
+
     def lab_fit():
         model = Transformer(MODEL, rngs=nnx.Rngs(0))
         nnx.update(model, init_state)
         trainer = Trainer(model, sft_loss, cfg)
-        t0 = time.perf_counter()
         trainer.fit(lambda step: batch)
-        return time.perf_counter() - t0, trainer.history[-1]["loss"]
+        return trainer.history[-1]["loss"]
 
-    t0 = time.perf_counter()
+    # The same computation without the Trainer: one jitted value_and_grad + optax step.
+    graphdef, params0 = nnx.split(init, nnx.Param)
+    tx = make_optimizer(cfg)
+
+    @jax.jit
+    def bare_step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(lambda p: sft_loss(nnx.merge(graphdef, p), batch)[0])(
+            params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    jbatch = jax.tree.map(jnp.asarray, batch)
+
+    def bare_fit():
+        params, opt_state = params0, tx.init(params0)
+        for _ in range(steps):
+            params, opt_state, loss = bare_step(params, opt_state, jbatch)
+        return float(loss)
+
+    w0 = time.perf_counter()
     lab_fit()  # compiles the step
-    compile_s = time.perf_counter() - t0
+    compile_s = time.perf_counter() - w0
+    bare_fit()
     run_torch = torch_trainer(hf, 10**9, batch)
     run_torch(2)  # warm-up
 
-    lab_times, torch_times = [], []
+    runs = {"lab": [], "bare": [], "torch": []}
     for _ in range(args.repeats):
-        dt, lab_last = lab_fit()
-        lab_times.append(dt)
-        t0 = time.perf_counter()
-        run_torch(steps)
-        torch_times.append(time.perf_counter() - t0)
+        *lab_t, lab_last = timed(lab_fit)
+        runs["lab"].append(lab_t)
+        runs["bare"].append(timed(bare_fit)[:2])
+        runs["torch"].append(timed(lambda: run_torch(steps))[:2])
 
     # Same function and optimizer: after `steps` identical updates the losses agree.
     with tempfile.TemporaryDirectory() as d:
@@ -178,25 +223,34 @@ def main() -> None:
     torch_last = torch_trainer(hf_check, steps, batch)(steps)
 
     peak = matmul_peak()
-    lab_tps, torch_tps = tokens * steps / min(lab_times), tokens * steps / min(torch_times)
+    work = tokens * steps
+    tps = {k: work / min(w for w, _ in v) for k, v in runs.items()}
+    cpu_tps = {k: work / min(c for _, c in v) for k, v in runs.items()}
     flops_tok = 6 * n_params
     attn_tok = 6 * MODEL.n_layers * t * MODEL.n_heads * MODEL.head_dim  # 6 * L * T * d_attn
     print(f"model: Qwen3 {n_params / 1e6:.3f}M params, batch {b} x seq {t} = {tokens} tokens/step,"
           f" {steps} steps per timed run, best of {args.repeats}; torch threads "
           f"{torch.get_num_threads()}, jax devices {jax.devices()}, os.cpu_count {os.cpu_count()}")
-    print(f"load average at the end: {os.getloadavg()}")
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; load average at the end: "
+          f"{os.getloadavg()}")
     print(f"first loss  lab {lab_loss0:.6f}  torch {torch_loss0:.6f}")
     print(f"loss after {steps} updates  lab {lab_last:.6f}  torch {torch_last:.6f}")
-    print(f"lab   Trainer.fit : {lab_tps:10.0f} tokens/s  (runs {np.round(lab_times, 3)} s; "
-          f"first fit incl. compile {compile_s:.1f} s)")
-    print(f"torch train loop  : {torch_tps:10.0f} tokens/s  (runs {np.round(torch_times, 3)} s)")
-    print(f"ratio lab / torch : {lab_tps / torch_tps:.2f}x  (target >= 1.0x)")
-    print(f"peak (jax f32 matmul 2048^3): {peak / 1e9:.1f} GFLOP/s")
-    print(f"MFU = 6*N*tokens/s / peak: lab {flops_tok * lab_tps / peak:.1%}, "
-          f"torch {flops_tok * torch_tps / peak:.1%}  (6N = {flops_tok / 1e6:.1f} MFLOP/token; "
-          f"with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
-          f"{(flops_tok + attn_tok) * lab_tps / peak:.1%}, torch "
-          f"{(flops_tok + attn_tok) * torch_tps / peak:.1%})")
+    names = {"lab": "lab Trainer.fit", "bare": "bare jitted jax step", "torch": "torch train loop"}
+    for k, name in names.items():
+        walls = [round(w, 2) for w, _ in runs[k]]
+        cpus = [round(c, 2) for _, c in runs[k]]
+        print(f"{name:21s}: {tps[k]:8.0f} tokens/s wall (runs {walls} s), "
+              f"{cpu_tps[k]:8.0f} tokens per CPU-second (CPU {cpus} s)")
+    print(f"(lab's first fit, compile included: {compile_s:.1f} s)")
+    print(f"ratio lab / torch : {tps['lab'] / tps['torch']:.2f}x wall-clock (target >= 1.0x); "
+          f"{cpu_tps['lab'] / cpu_tps['torch']:.2f}x per CPU-second; "
+          f"Trainer / bare jax step: {tps['lab'] / tps['bare']:.2f}x")
+    print(f"peak (best jitted jax f32 matmul 2048^3): {peak / 1e9:.1f} GFLOP/s")
+    print(f"MFU = 6*N*tokens/s / peak: lab {flops_tok * tps['lab'] / peak:.1%}, "
+          f"torch {flops_tok * tps['torch'] / peak:.1%}  (6N = {flops_tok / 1e6:.1f} MFLOP/token;"
+          f" with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
+          f"{(flops_tok + attn_tok) * tps['lab'] / peak:.1%}, torch "
+          f"{(flops_tok + attn_tok) * tps['torch'] / peak:.1%})")
 
 
 if __name__ == "__main__":
