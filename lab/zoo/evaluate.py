@@ -6,7 +6,9 @@ That is exactly the event that greedy decoding from the prompt reproduces
 the completion token for token (each greedy step then sees the true
 prefix), so it equals greedy-decoding accuracy with the whole chain required
 to match, at the cost of one forward pass. ``answer_accuracy`` relaxes it to
-the tokens of the final answer line given the true chain (teacher-forced).
+the tokens of the final answer line given the true chain (teacher-forced):
+for chain-of-thought tasks that is mostly copying the chain's last value, so
+it is an upper bound, not a task accuracy; ``exact_match`` is the headline.
 """
 
 from __future__ import annotations

@@ -164,19 +164,20 @@ NAMED: dict[str, ZooSpec] = {
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=8, prompt_weight=0.1,
-        description="2 layers, d=128 (0.43M params)"),
+        description=("2 layers, d=128 (0.43M params); measured: 323 CPU-s of training, "
+                     "held-out exact match 0.55 ICL, 0 on the other tasks")),
     "lm-s": ZooSpec(
         name="lm-s", model=_model(192, 3, 6, 2, 512, 1024),
         train=_train(800, 2e-3),
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=8, prompt_weight=0.1,
-        description="3 layers, d=192 (1.2M params)"),
+        description="3 layers, d=192 (1.2M params); ~600 CPU-s (estimated from step cost)"),
     "lm-m": ZooSpec(
         name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
         train=_train(800, 1.5e-3),
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=8, prompt_weight=0.1,
-        description="4 layers, d=256 (3.1M params)"),
+        description="4 layers, d=256 (3.1M params); ~1500 CPU-s (estimated from FLOPs)"),
 }
