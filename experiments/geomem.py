@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import time
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import logging
 from tqdm import tqdm
 
 from configs.geomem import get_config
+from lab import launch
 from lab.config import check_preset, validate
 from lab.methods.geomem import capacity, sweeps
 from lab.methods.geomem import report as geomem_report
@@ -205,14 +205,5 @@ def run(config, workdir: str) -> dict:
                          report=geomem_report.markdown(res, cfg), plots=plots)
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)

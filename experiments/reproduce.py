@@ -51,34 +51,10 @@ def discover(root: str = ROOT) -> list[str]:
     return names
 
 
-# Every launcher defines these absl flags at import; several launchers in one
-# process would define them twice.
-LAUNCHER_FLAGS = ("config", "workdir")
-
-
-def _import_launcher(module: str):
-    """Imports a launcher module with the launcher flags already defined set aside,
-    so that its own definitions do not collide; the previous flags are put back."""
-    if module in sys.modules:
-        return sys.modules[module]
-    saved = {}
-    for name in LAUNCHER_FLAGS:
-        if name in flags.FLAGS:
-            saved[name] = flags.FLAGS[name]
-            delattr(flags.FLAGS, name)
-    try:
-        return importlib.import_module(module)
-    finally:
-        for name, flag in saved.items():
-            if name in flags.FLAGS:
-                delattr(flags.FLAGS, name)
-            flags.FLAGS[name] = flag
-
-
 def load(name: str):
     """Returns ``(get_config, run)`` of experiment ``name`` (imports its two modules)."""
     get_config = importlib.import_module(f"configs.{name}").get_config
-    run = _import_launcher(f"experiments.{name}").run
+    run = importlib.import_module(f"experiments.{name}").run
     return get_config, run
 
 
@@ -172,14 +148,9 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
     return summary
 
 
-# allow_override: a launcher imported earlier in the same process (a test session)
-# may already have defined --workdir.
-_PRESET = flags.DEFINE_string("preset", "default", "Preset: test | default | paper.",
-                              allow_override=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True,
-                               allow_override=True)
-_ONLY = flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).",
-                          allow_override=True)
+_PRESET = flags.DEFINE_string("preset", "default", "Preset: test | default | paper.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+_ONLY = flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
 
 
 def main(argv):

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import os
 
-from absl import app, flags
-from ml_collections import config_flags
-
 from configs.train_lm import get_config
+from lab import launch
 from lab.config import check_preset, validate
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
 from lab.train import TrainConfig
@@ -95,14 +93,5 @@ def run(config, workdir: str) -> dict:
                          plots=plots)
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)
