@@ -71,7 +71,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
 
     # GOLD PANNING and the baselines.
     c.gp = ml_collections.ConfigDict()
-    c.gp.threshold = 0.9                  # stop when the top belief exceeds it
+    c.gp.threshold = 0.95                 # stop when the top belief exceeds it
     c.gp.floor = 0.02                     # profile rates are clipped to [floor, 1 - floor]
     c.psc_m = [1, 2, 4] if test else [1, 2, 4, 8, 16]      # PSC's shuffles
     c.budgets = [1, 2, 4] if test else [1, 2, 4, 8, 12, 16]  # GOLD PANNING's query budgets
@@ -89,5 +89,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # Claim rules.
     c.claims = ml_collections.ConfigDict()
     c.claims.log_r2 = 0.9                 # rounds vs log N fit
+    c.claims.psc_m = 4 if test else 8     # the PSC budget GOLD PANNING should match
+    c.claims.f1_tol = 0.01                # "reaches PSC's F1": within this
     c.claims.mismatch_gap = 0.1           # target identification within this of matched
     return c

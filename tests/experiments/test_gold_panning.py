@@ -65,11 +65,14 @@ def test_fit_log_recovers_a_log_law():
 
 
 def test_queries_to_match_finds_the_first_budget_at_psc_f1():
-    curves = {"psc": [{"f1": 0.5, "queries": 1.0}, {"f1": 0.8, "queries": 8.0}],
+    curves = {"psc": [{"f1": 0.5, "queries": 1.0, "budget": 1},
+                      {"f1": 0.8, "queries": 8.0, "budget": 8}],
               "gold_panning": [{"f1": 0.6, "queries": 1.0}, {"f1": 0.85, "queries": 3.5},
                                {"f1": 0.9, "queries": 4.0}]}
-    m = gold_panning.queries_to_match(curves)
+    m = gold_panning.queries_to_match(curves, 8)
     assert m["gp_queries"] == 3.5 and m["saving"] == pytest.approx(1 - 3.5 / 8)
+    assert gold_panning.queries_to_match(curves, 8, tol=0.25)["gp_queries"] == 1.0
+    assert gold_panning.queries_to_match(curves, 1)["gp_queries"] == 1.0
 
 
 @pytest.mark.parametrize("key, value, match", [
@@ -78,6 +81,7 @@ def test_queries_to_match_finds_the_first_budget_at_psc_f1():
     ("gp.floor", 0.0, "gp.floor=0.0"),
     ("psc_m", [0, 2], "psc_m"),
     ("sim.ns", [8], "sim.ns"),
+    ("claims.psc_m", 3, "claims.psc_m=3"),
 ])
 def test_bad_config_fails_before_any_work(tmp_path, key, value, match):
     cfg = get_config("test")
