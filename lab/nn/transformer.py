@@ -82,6 +82,7 @@ class Attention(nnx.Module):
         """Returns ``q [B, H, T, hd]``, ``k, v [B, Hkv, T, hd]``; q and k rotated by position."""
         c = self.config
         b, t, _ = x.shape
+        x = x.reshape(b * t, -1)  # 2-D matmuls: see SwiGLU
         q = self.q(x).reshape(b, t, c.n_heads, c.head_dim)
         k = self.k(x).reshape(b, t, c.n_kv_heads, c.head_dim)
         v = self.v(x).reshape(b, t, c.n_kv_heads, c.head_dim)
@@ -106,7 +107,7 @@ class Attention(nnx.Module):
                                               impl=c.attention_impl)
             cs = p = None
         b, h, t, d = out.shape
-        out = self.o(out.transpose(0, 2, 1, 3).reshape(b, t, h * d))
+        out = self.o(out.transpose(0, 2, 1, 3).reshape(b * t, h * d)).reshape(b, t, -1)
         return out, cs, p
 
 
