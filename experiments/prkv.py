@@ -22,12 +22,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import logging
 from flax import nnx
-from ml_collections import config_flags
 
 from configs.prkv import POLICIES, get_config
-from lab import infer, zoo
+from lab import infer, launch, zoo
 from lab.config import check_preset, validate
 from lab.data import ByteTokenizer
 from lab.data.synthetic import extract_answer, generate
@@ -376,14 +375,5 @@ def _report(acc, agreement, costs, info, ratios, config) -> str:
     return "\n\n".join(lines) + "\n"
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)
