@@ -1,24 +1,107 @@
-"""One decoding step on the stacked KV cache, and the jitted decode loop.
+"""One decoding step on the KV cache, and the jitted decode loop.
 
 ``Transformer.__call__`` with ``cache=`` serves any number of new tokens, but it
 slices each layer's buffer out of the stacked ``[L, ...]`` cache and stacks the
 results back, which XLA turns into copies of the whole cache on every step.
-:func:`step` runs the same blocks (the model's own ``project``/``attend``/MLP
-modules, so the numbers are the same) for one token per row and writes the
-new entry with a scatter into the stacked buffers, which XLA performs in place
-on the ``while_loop`` carry: the per-step memory traffic is the weights plus
-one read of the cache.
+The decode loop instead carries the cache as one buffer per layer
+(:class:`LayerCache`) and writes each new entry with a scatter that XLA
+performs in place on the ``while_loop`` carry, and it runs the blocks with the
+query/key/value and gate/up projections fused into one matmul each (weights
+concatenated once, before the loop): at batch 8 a decode step is a chain of
+small kernels, and their number is what costs. The norms, rotary embedding,
+attention kernel and MLP are the model's own modules and functions, so the
+numbers are the model's (the tests hold them to the full forward within 1e-4).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from lab.infer import sampling
-from lab.nn import KVCache, Transformer
+from lab.nn import KVCache, Transformer, apply_rope
+
+
+class LayerCache(NamedTuple):
+    """The cache as per-layer tuples: ``keys[i], values[i] [B, Hkv, C, hd]``,
+    ``positions[i] [B, Hkv, C]`` (policies may keep different entries per layer),
+    ``length [B]``."""
+
+    keys: tuple
+    values: tuple
+    positions: tuple
+    length: jax.Array
+
+    @classmethod
+    def from_cache(cls, cache: KVCache) -> LayerCache:
+        n = cache.keys.shape[0]
+        return cls(tuple(cache.keys[i] for i in range(n)),
+                   tuple(cache.values[i] for i in range(n)),
+                   tuple(cache.positions[i] for i in range(n)), cache.length)
+
+    def to_cache(self) -> KVCache:
+        return KVCache(jnp.stack(self.keys), jnp.stack(self.values), jnp.stack(self.positions),
+                       self.length)
+
+
+def fused_weights(model: Transformer) -> tuple:
+    """Per layer ``(w_qkv [D, (H + 2 Hkv) hd], b_qkv or None, w_gate_up [D, 2 F])``."""
+    out = []
+    for layer in model.layers:
+        a, m = layer.attn, layer.mlp
+        w = jnp.concatenate([a.q.kernel[...], a.k.kernel[...], a.v.kernel[...]], axis=1)
+        bias = None
+        if a.q.bias is not None:
+            bias = jnp.concatenate([a.q.bias[...], a.k.bias[...], a.v.bias[...]])
+        out.append((w, bias, jnp.concatenate([m.gate.kernel[...], m.up.kernel[...]], axis=1)))
+    return tuple(out)
+
+
+def _layers_step(model: Transformer, weights: tuple, cache: LayerCache, tokens, positions,
+                 active, hidden: bool):
+    c = model.config
+    b = tokens.shape[0]
+    rows = jnp.arange(b)
+    slot = cache.length
+    dt = c.jnp_dtype
+    key_pos = (positions if active is None else jnp.where(active, positions, -1))
+    key_pos = key_pos.astype(jnp.int32)[:, None]
+    pos = positions[:, None]                                        # [B, 1]
+    nq, nkv, hd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.head_dim
+    x = model.embed(tokens)[:, None, :]                             # [B, 1, D]
+    states, keys, values, kpos = [x], [], [], []
+    for i, layer in enumerate(model.layers):
+        w_qkv, b_qkv, w_gu = weights[i]
+        a = layer.attn
+        qkv = layer.attn_norm(x) @ w_qkv
+        if b_qkv is not None:
+            qkv = qkv + b_qkv
+        q = qkv[..., :nq].reshape(b, 1, c.n_heads, hd)
+        k = qkv[..., nq:nq + nkv].reshape(b, 1, c.n_kv_heads, hd)
+        v = qkv[..., nq + nkv:].reshape(b, c.n_kv_heads, hd)
+        if c.qk_norm:
+            q, k = a.q_norm(q), a.k_norm(k)
+        q = apply_rope(q, pos, c.rope_theta).transpose(0, 2, 1, 3)  # [B, H, 1, hd]
+        k = apply_rope(k, pos, c.rope_theta)[:, 0]                  # [B, Hkv, hd]
+        kc = cache.keys[i].at[rows, :, slot].set(k.astype(dt))
+        vc = cache.values[i].at[rows, :, slot].set(v.astype(dt))
+        pc = cache.positions[i].at[rows, :, slot].set(key_pos)
+        allowed = pc[:, :, None, :] >= 0                            # [B, Hkv, 1, C]
+        if c.causal:
+            allowed &= pc[:, :, None, :] <= positions[:, None, None, None]
+        out, _, _ = a.attend(q, kc, vc, allowed, None, probs=False, colsum=False)
+        x = x + out
+        gu = layer.mlp_norm(x) @ w_gu
+        x = x + layer.mlp.down(jax.nn.silu(gu[..., :c.d_ff]) * gu[..., c.d_ff:])
+        states.append(x)
+        keys.append(kc), values.append(vc), kpos.append(pc)
+    logits = model.unembed(x[:, 0])
+    advance = jnp.ones((b,), jnp.int32) if active is None else active.astype(jnp.int32)
+    new = LayerCache(tuple(keys), tuple(values), tuple(kpos), cache.length + advance)
+    return logits, new, (jnp.stack(states)[:, :, 0] if hidden else None)
 
 
 def step(model: Transformer, cache: KVCache, tokens: jax.Array, positions: jax.Array,
@@ -35,32 +118,9 @@ def step(model: Transformer, cache: KVCache, tokens: jax.Array, positions: jax.A
       ``(logits [B, V] float32, cache, hidden [L+1, B, D] or None)``; the new
       key/value is stored at slot ``cache.length`` of each row.
     """
-    c = model.config
-    b = tokens.shape[0]
-    rows = jnp.arange(b)
-    slot = cache.length
-    key_pos = positions if active is None else jnp.where(active, positions, -1)
-    kpos = cache.positions.at[:, rows, :, slot].set(key_pos[:, None, None].astype(jnp.int32))
-    allowed = kpos[:, :, :, None, :] >= 0                          # [L, B, Hkv, 1, C]
-    if c.causal:
-        allowed &= kpos[:, :, :, None, :] <= positions[None, :, None, None, None]
-    keys, values = cache.keys, cache.values
-    x = model.embed(tokens)[:, None, :]                            # [B, 1, D]
-    pos = positions[:, None]
-    states = [x]
-    for i, layer in enumerate(model.layers):
-        q, k, v = layer.attn.project(layer.attn_norm(x), pos)      # k, v [B, Hkv, 1, hd]
-        keys = keys.at[i, rows, :, slot].set(k[:, :, 0].astype(keys.dtype))
-        values = values.at[i, rows, :, slot].set(v[:, :, 0].astype(values.dtype))
-        out, _, _ = layer.attn.attend(q, keys[i], values[i], allowed[i], None,
-                                      probs=False, colsum=False)
-        x = x + out
-        x = x + layer.mlp(layer.mlp_norm(x))
-        states.append(x)
-    logits = model.unembed(x[:, 0])
-    advance = jnp.ones((b,), jnp.int32) if active is None else active.astype(jnp.int32)
-    cache = KVCache(keys, values, kpos, cache.length + advance)
-    return logits, cache, (jnp.stack(states)[:, :, 0] if hidden else None)
+    logits, new, h = _layers_step(model, fused_weights(model), LayerCache.from_cache(cache),
+                                  tokens, positions, active, hidden)
+    return logits, new.to_cache(), h
 
 
 def loop(model: Transformer, cache: KVCache, first, lengths, key, temperature, *,
@@ -81,6 +141,7 @@ def loop(model: Transformer, cache: KVCache, first, lengths, key, temperature, *
     choose = functools.partial(sampling.choose, temperature=temperature, greedy=greedy,
                                top_k=top_k, top_p=top_p)
     stop_ids = jnp.asarray(stop, jnp.int32)
+    weights = fused_weights(model)
 
     def is_stop(t):
         return jnp.isin(t, stop_ids) if stop else jnp.zeros(t.shape, bool)
@@ -94,7 +155,7 @@ def loop(model: Transformer, cache: KVCache, first, lengths, key, temperature, *
         hidden = jnp.zeros(first_h.shape[:-1] + (max_new,) + first_h.shape[-1:], first_h.dtype)
         hidden = hidden.at[..., 0, :].set(first_h)
     carry = dict(i=jnp.int32(1), tok=tok, done=is_stop(tok), n=jnp.ones((b,), jnp.int32),
-                 cache=cache, hidden=hidden,
+                 cache=LayerCache.from_cache(cache), hidden=hidden,
                  tokens=jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok),
                  logprobs=jnp.zeros((b, max_new), jnp.float32).at[:, 0].set(lp))
 
@@ -103,8 +164,8 @@ def loop(model: Transformer, cache: KVCache, first, lengths, key, temperature, *
 
     def body(c):
         i, active = c["i"], ~c["done"]
-        logits, cache, h = step(model, c["cache"], c["tok"], lengths + i - 1,
-                                active if stop else None, hidden=capture is not None)
+        logits, cache, h = _layers_step(model, weights, c["cache"], c["tok"], lengths + i - 1,
+                                        active if stop else None, capture is not None)
         tok, lp = choose(logits, jax.random.fold_in(key, i))
         tok = jnp.where(active, tok, pad_id)
         new = dict(i=i + 1, tok=tok, done=c["done"] | is_stop(tok), n=c["n"] + active,
