@@ -39,8 +39,10 @@ vote (:func:`psc`; with one flagged document per answer, Kemeny aggregation
 of the top-1 is the plurality vote); uncertainty sampling: the same Bayes
 update but the most *uncertain* documents (largest ``b(1-b)``) go to the
 diagnostic slots, so a flagged document is moved away once it leads
-(``rule="uncertainty"``); ``rule="random"`` shuffles each round (Bayes
-without ordering).
+(``rule="uncertainty"``; since ``b(1-b)`` still ranks a leader first until its
+belief exceeds one minus the others', it coincides with anchoring in most
+rounds, which the experiment shows); ``rule="random"`` shuffles each round
+(Bayes without ordering).
 
 A ``query(rows, orders) -> observed`` callable is the only access to the
 model: ``rows`` [B'] indexes the problems still searching, ``orders``
