@@ -21,11 +21,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import logging
 
 from configs.gold_panning import get_config
-from lab import zoo
+from lab import launch, zoo
 from lab.config import validate
 from lab.data import ByteTokenizer
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
@@ -353,14 +352,5 @@ def _plots(workdir, c, res) -> list[str]:
     return [name]
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-
-
-def main(argv):
-    del argv
-    run(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    launch.main(run)
