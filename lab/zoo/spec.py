@@ -172,7 +172,8 @@ NAMED: dict[str, ZooSpec] = {
         data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
               "seed": 0},
         seq_len=256, batch_size=8, prompt_weight=0.1,
-        description="3 layers, d=192 (1.2M params); ~600 CPU-s (estimated from step cost)"),
+        description=("3 layers, d=192 (1.2M params); measured: 631 CPU-s of training, "
+                     "held-out exact match 0.53 ICL, ~0 on the other tasks")),
     "lm-m": ZooSpec(
         name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
         train=_train(800, 1.5e-3),
