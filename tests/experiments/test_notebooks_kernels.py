@@ -1,35 +1,19 @@
 """notebooks/kernels.ipynb runs top to bottom at the test preset (outputs stripped in git)."""
 
-import json
-import os
-import pathlib
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "kernels.ipynb"
+from tests.experiments.notebooks import check_stripped, execute
+
+NAME = "kernels.ipynb"
 
 
 def test_notebook_is_stripped():
-    nb = json.loads(NOTEBOOK.read_text())
-    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code and all(not c["outputs"] and c["execution_count"] is None for c in code)
-    assert "%pip install" in "".join(code[0]["source"]) and "import lab" in "".join(
-        code[0]["source"])
+    code = check_stripped(NAME)
+    assert "import lab" in "".join(code[0]["source"])
 
 
+@pytest.mark.slow
 def test_notebook_executes(monkeypatch):
-    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed")
-    nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed")
-    pytest.importorskip("ipykernel", reason="ipykernel is not installed")
-    # the kernel imports Lab from this checkout, so the guarded install cell is skipped
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()
-    text = "".join(o.get("text", "") + json.dumps(o.get("data", {}))
-                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "bit-exact vs numpy" in text and "Traceback" not in text
+    _, text = execute(NAME, monkeypatch, timeout=300)
+    assert "bit-exact vs numpy" in text
     assert "split_k" in text and "pass" in text
