@@ -8,7 +8,9 @@ setup(
     description="JAX/Flax research framework: one core, nineteen methods.",
     license="Apache-2.0",
     python_requires=">=3.11",
-    packages=find_packages(include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*", "experiments", "configs"]),
+    packages=find_packages(
+        include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*", "experiments", "configs"]
+    ),
     install_requires=[
         "jax",
         "flax",
@@ -28,7 +30,9 @@ setup(
         "ml_dtypes",
     ],
     extras_require={
-        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "blackjax", "scikit-learn", "nbclient", "ipykernel"],
+        # torch is pinned to the CPU wheel on disk; any other spec pulls a multi-GB CUDA build.
+        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "blackjax", "scikit-learn",
+                 "nbclient", "ipykernel"],
         "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
         "notebooks": ["nbclient", "ipykernel"],
     },

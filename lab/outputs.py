@@ -85,7 +85,7 @@ def claim(statement: str, metric: str, measured: Any, holds: bool) -> dict:
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                    floatfmt: str = ".4g") -> str:
-    """A GitHub markdown table from a list of dict rows (columns default to the first row's keys)."""
+    """A GitHub markdown table of dict rows (columns default to the first row's keys)."""
     if not rows:
         return "(no rows)\n"
     columns = list(columns or rows[0].keys())
@@ -135,7 +135,8 @@ def write_outputs(workdir: str, *, name: str, config: Any, results: Mapping[str,
     write_json(os.path.join(workdir, "config.json"), config)
     results = to_jsonable(dict(results, plots=list(plots)))
     write_json(os.path.join(workdir, "results.json"), results)
-    text = [f"# {name}\n", "## Claims\n", claims_table(results["claims"]), "\n", report.rstrip(), "\n"]
+    text = [f"# {name}\n", "## Claims\n", claims_table(results["claims"]), "\n",
+            report.rstrip(), "\n"]
     for p in plots:
         text.append(f"\n![{p}]({p})\n")
     atomic_write_text(os.path.join(workdir, "report.md"), "".join(text))
