@@ -289,7 +289,8 @@ def scaled_matmul_kernel(qa, qb, *, bias=None, activation=None, scale=None,
     if packed:
         sa_arr = _pad_to(jax.lax.bitcast_convert_type(qa.scales, jnp.uint8), 0, bm)
         sb_arr = _pad_to(jax.lax.bitcast_convert_type(qb.scales, jnp.uint8), 0, bn)
-    else:  # unused placeholders of the right rank keep one kernel signature
+    else:  # fp8/bf16 carry no block scales: zero arrays of the same rank, never read,
+        # let both cases share one kernel signature
         sa_arr, sb_arr = jnp.zeros((mp, 1), jnp.uint8), jnp.zeros((np_, 1), jnp.uint8)
     in_specs = [pl.BlockSpec((bm, kw), lambda t: (coords(t)[0], 0)),
                 pl.BlockSpec((bn, kw), lambda t: (coords(t)[1], 0)),
