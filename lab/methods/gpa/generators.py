@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lab.data.batching import step_indices
 from lab.nn import KVCache, Transformer, TransformerConfig
 from lab.train import TrainConfig, Trainer, sft_loss
 
@@ -45,15 +46,8 @@ def generator_config(kind: str, seq_len: int, *, d_model: int = 64, n_layers: in
 
 
 def _batches(data: np.ndarray, batch_size: int, seed: int):
-    n = data.shape[0]
-
-    def batch_fn(step: int):
-        epoch, i = divmod(step * batch_size, n)
-        order = np.random.default_rng(seed + epoch).permutation(n)
-        idx = np.take(order, np.arange(i, i + batch_size), mode="wrap")
-        return data[idx]
-
-    return batch_fn
+    """``batch_fn(step)`` over the rows of ``data`` (lab.data's step-indexed epochs)."""
+    return lambda step: data[step_indices(data.shape[0], batch_size, step, seed)]
 
 
 # --- autoregressive ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lab.data.batching import step_indices
 from lab.train import TrainConfig, Trainer
 
 
@@ -54,9 +55,7 @@ def train_oracle(seqs: np.ndarray, targets: np.ndarray, train: TrainConfig, *,
     n = seqs.shape[0]
 
     def batch_fn(step):
-        epoch, i = divmod(step * batch_size, n)
-        order = np.random.default_rng(train.seed + epoch).permutation(n)
-        idx = np.take(order, np.arange(i, i + batch_size), mode="wrap")
+        idx = step_indices(n, batch_size, step, train.seed)
         return {"x": jnp.asarray(seqs[idx], jnp.int32), "y": jnp.asarray(targets[idx])}
 
     Trainer(model, _mse, train).fit(batch_fn)
