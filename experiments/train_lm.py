@@ -28,12 +28,13 @@ def check_config(config) -> ZooSpec:
         "batch_size": (lambda v: v > 0, "a positive int"),
         "train.steps": (lambda v: v > 0, "a positive int"),
         "data.n_train": (lambda v: v > 0, "a positive int"),
+        "prompt_weight": (lambda v: 0 <= v <= 1, "a loss weight in [0, 1]"),
     })
     d = config.to_dict()
     TrainConfig.from_dict(d["train"])  # raises ValueError naming a bad training field
     try:
         return ZooSpec.from_dict({k: d[k] for k in ("name", "model", "train", "data", "seq_len",
-                                                     "batch_size", "pack")})
+                                                     "batch_size", "pack", "prompt_weight")})
     except TypeError as e:  # a TransformerConfig field of the wrong kind
         raise ValueError(f"config.model is invalid: {e}") from e
 

@@ -52,3 +52,13 @@ def test_bad_config_fails_before_training(tmp_path, edit, needle):
         train_lm.run(c, str(tmp_path / "w"))
     assert needle in str(e.value)
     assert not os.path.exists(tmp_path / "w")
+
+
+@pytest.mark.parametrize("preset", ["test", "default", "paper"])
+def test_preset_describes_its_named_zoo_spec(preset):
+    """The launcher trains exactly the named model (same digest, so the same cache entry)."""
+    from configs.train_lm import BASE
+    from lab.zoo.spec import NAMED
+
+    spec = train_lm.check_config(get_config(preset))
+    assert spec.digest() == NAMED[BASE[preset]].digest()
