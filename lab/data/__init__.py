@@ -15,6 +15,8 @@ from lab.data.synthetic import (
     ANSWER_PREFIX,
     GENERATORS,
     arithmetic,
+    associative_recall,
+    copy,
     extract_answer,
     generate,
     icl_classification,
@@ -28,6 +30,7 @@ from lab.data.tokenizer import ByteTokenizer, HFTokenizer, tokenizer_from_dict
 
 __all__ = [
     "ANSWER_PREFIX", "GENERATORS", "ByteTokenizer", "HFTokenizer", "answers_match", "arithmetic",
+    "associative_recall", "copy",
     "encode_example", "encode_sft", "extract_answer", "generate", "icl_classification",
     "kv_retrieval", "last_boxed", "load_math500_jsonl", "mixture", "needle", "normalize_answer",
     "packed_sft_batches",

@@ -19,7 +19,7 @@ from lab.data import ByteTokenizer
 from lab.data.synthetic import GENERATORS
 from lab.nn import TransformerConfig
 
-ZOO_FORMAT = 1  # bump when the stored layout or the generators' output changes
+ZOO_FORMAT = 2  # bump when the stored layout or the generators' output changes
 UNHASHED_TRAIN_KEYS = ("progress", "log_every", "eval_every", "checkpoint_every",
                        "keep_checkpoints")
 DATA_KEYS = ("tasks", "n_train", "n_eval", "seed")
@@ -132,20 +132,22 @@ def _model(d: int, layers: int, heads: int, kv: int, ff: int, max_len: int) -> T
                              max_len=max_len)
 
 
-def _tasks(context: tuple[int, int], hops: tuple[int, int], docs: tuple[int, int]) -> dict:
-    """The synthetic mixture of the named models; long-context tasks at short lengths."""
+def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
+    """The named models' mixture: recall (copy, MQAR) that grows induction heads, then
+    the long-context tasks (needles, variable tracking, multi-document QA) and arithmetic."""
     return {
-        "arithmetic": {"weight": 2, "steps": (1, 3), "digits": (1, 2)},
-        "variable_tracking": {"weight": 1, "hops": hops, "context_len": context, "n_chains": 3},
-        "needle": {"weight": 1, "context_len": (context[0] + 32, context[1] + 32),
-                   "n_needles": 3},
-        "kv_retrieval": {"weight": 1, "n_docs": docs, "pairs_per_doc": 1},
-        "icl_classification": {"weight": 1, "n_shots": (5, 8), "n_classes": 2},
+        "copy": {"weight": 1, "length": (8, 32)},
+        "associative_recall": {"weight": 2, "n_pairs": (8, 32), "n_queries": (2, 6)},
+        "needle": {"weight": 1, "context_len": context, "n_needles": 3},
+        "variable_tracking": {"weight": 1, "hops": (1, 3), "context_len": context,
+                              "n_chains": 3},
+        "kv_retrieval": {"weight": 1, "n_docs": (4, 24), "pairs_per_doc": 1},
+        "arithmetic": {"weight": 1, "steps": (1, 3), "digits": (1, 2)},
     }
 
 
 def _train(steps: int, lr: float) -> dict:
-    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(80, steps // 10),
+    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(100, steps // 10),
             "schedule": "cosine", "optimizer": "adamw", "weight_decay": 0.01,
             "grad_clip": 1.0, "seed": 0, "log_every": 25, "checkpoint_every": 200}
 
@@ -159,26 +161,21 @@ NAMED: dict[str, ZooSpec] = {
         seq_len=64, batch_size=8,
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
     "lm-xs": ZooSpec(
-        name="lm-xs", model=_model(128, 2, 4, 2, 384, 512),
-        train=_train(800, 3e-3),
-        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
-              "seed": 0},
-        seq_len=256, batch_size=8, prompt_weight=0.1,
-        description=("2 layers, d=128 (0.43M params); measured: 323 CPU-s of training, "
-                     "held-out exact match 0.55 ICL, 0 on the other tasks")),
+        name="lm-xs", model=_model(128, 2, 4, 2, 384, 2048),
+        train=_train(4000, 3e-3),
+        data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
+        seq_len=512, batch_size=12, prompt_weight=0.1,
+        description="2 layers, d=128 (0.43M params), contexts up to 448 tokens"),
     "lm-s": ZooSpec(
-        name="lm-s", model=_model(192, 3, 6, 2, 512, 1024),
-        train=_train(800, 2e-3),
-        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
-              "seed": 0},
-        seq_len=256, batch_size=8, prompt_weight=0.1,
-        description=("3 layers, d=192 (1.2M params); measured: 631 CPU-s of training, "
-                     "held-out exact match 0.53 ICL, ~0 on the other tasks")),
+        name="lm-s", model=_model(192, 3, 6, 2, 576, 2048),
+        train=_train(4000, 2e-3),
+        data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
+        seq_len=512, batch_size=12, prompt_weight=0.1,
+        description="3 layers, d=192 (1.3M params), contexts up to 448 tokens"),
     "lm-m": ZooSpec(
-        name="lm-m", model=_model(256, 4, 8, 2, 768, 2048),
-        train=_train(800, 1.5e-3),
-        data={"tasks": _tasks((96, 160), (1, 3), (3, 6)), "n_train": 16000, "n_eval": 64,
-              "seed": 0},
-        seq_len=256, batch_size=8, prompt_weight=0.1,
-        description="4 layers, d=256 (3.1M params); ~1500 CPU-s (estimated from FLOPs)"),
+        name="lm-m", model=_model(256, 4, 8, 2, 768, 4096),
+        train=_train(8000, 1.5e-3),
+        data={"tasks": _tasks((256, 1920)), "n_train": 120000, "n_eval": 64, "seed": 0},
+        seq_len=2048, batch_size=8, prompt_weight=0.1,
+        description="4 layers, d=256 (3.1M params), contexts up to 1920 tokens (a GPU host)"),
 }

@@ -13,6 +13,8 @@ import pytest
 
 from lab.data import (
     arithmetic,
+    associative_recall,
+    copy,
     extract_answer,
     icl_classification,
     kv_retrieval,
@@ -36,7 +38,7 @@ def most_frequent_number(text):
 
 @pytest.mark.parametrize("gen,kw", [
     (arithmetic, {}), (variable_tracking, {"context_len": 200}), (needle, {"context_len": 200}),
-    (kv_retrieval, {}), (icl_classification, {}),
+    (kv_retrieval, {}), (icl_classification, {}), (copy, {}), (associative_recall, {}),
 ])
 def test_deterministic_in_seed_and_has_common_columns(gen, kw):
     a, b, c = gen(20, 3, **kw), gen(20, 3, **kw), gen(20, 4, **kw)
@@ -151,6 +153,11 @@ def test_needle_ground_truth_and_depth():
         assert 0 <= r["depth"] < 1
     depths = np.array(ds["depth"])
     assert depths.min() < 0.15 and depths.max() > 0.75  # needles spread over the context
+    for r in ds:  # the chain of thought restates exactly the asked needle
+        assert r["completion"] == f"{r['key']} is {r['answer']}\nA: {r['answer']}"
+    plain = needle(20, seed=0, context_len=256, cot=False)
+    assert plain["prompt"] == needle(20, seed=0, context_len=256)["prompt"]
+    assert all(c == f"A: {a}" for c, a in zip(plain["completion"], plain["answer"], strict=True))
     diffs = [needle(20, 1, context_len=c)["difficulty"][0] for c in (256, 512, 1024, 2048)]
     assert diffs == sorted(diffs) and len(set(diffs)) == 4
 
@@ -176,6 +183,10 @@ def test_kv_retrieval_answer_only_in_gold_document():
         assert f"{r['key']}={r['answer']}" in docs[r["gold_doc"]]
         assert r["prompt"] == render_kv_prompt(docs, r["question"])
         assert sum(d.count(f"{r['key']}=") for d in docs) == 1
+        assert r["completion"] == f"{r['key']}={r['answer']}\nA: {r['answer']}"
+    plain = kv_retrieval(20, seed=0, cot=False)
+    assert plain["prompt"] == kv_retrieval(20, seed=0)["prompt"]
+    assert all(c == f"A: {a}" for c, a in zip(plain["completion"], plain["answer"], strict=True))
     pinned = kv_retrieval(30, seed=1, n_docs=16, gold_position=5)
     assert set(pinned["gold_doc"]) == {5}
     with pytest.raises(ValueError, match="gold_position"):
@@ -236,6 +247,46 @@ def test_icl_shortcuts_at_chance(n_classes):
         assert rate(flags) <= chance + MARGIN, (name, rate(flags))
     # similarity vote: a built-in tie between the answer and one rival, so 1/2 at best
     assert rate(vote) <= 0.5 + MARGIN, rate(vote)
+
+
+# ----------------------------------------------------------------------------------- copy
+
+def test_copy_completion_is_the_string_and_characters_are_uniform():
+    ds = copy(N, seed=0, length=(4, 40))
+    for r in ds:
+        assert r["prompt"] == f"Copy: {r['answer']}\n" and r["completion"] == f"A: {r['answer']}"
+        assert len(r["answer"]) == r["length"] == r["difficulty"] and 4 <= r["length"] <= 40
+    chars = collections.Counter("".join(ds["answer"]))
+    assert len(chars) == 36
+    expected = sum(chars.values()) / 36  # ~230 per character: a 6-sigma band is ~ +-90
+    assert max(abs(c - expected) for c in chars.values()) < 6 * expected ** 0.5
+    with pytest.raises(ValueError, match="length"):
+        copy(2, length=(5, 2))
+
+
+# ------------------------------------------------------------------------ associative recall
+
+def test_associative_recall_answers_are_the_queried_values():
+    ds = associative_recall(200, seed=0, n_pairs=(8, 32), n_queries=(2, 6))
+    for r in ds:
+        pairs_line, recall_line = r["prompt"].rstrip("\n").split("\n")
+        table = dict(p.split("=") for p in pairs_line.split(", "))
+        assert len(table) == r["n_pairs"] == r["difficulty"]  # keys are distinct
+        assert len(set(table.values())) == len(table)          # and so are values
+        assert recall_line.split()[1:] == r["keys"] and len(set(r["keys"])) == len(r["keys"])
+        assert [table[k] for k in r["keys"]] == r["values"]
+        chain = ";".join(f"{k}={v}" for k, v in zip(r["keys"], r["values"], strict=True))
+        assert r["completion"] == f"{chain}\nA: {' '.join(r['values'])}"
+    with pytest.raises(ValueError, match="n_queries"):
+        associative_recall(2, n_pairs=4, n_queries=5)
+
+
+def test_associative_recall_queried_slot_is_uniform():
+    """No favoured position: the first query's slot among the pairs is uniform."""
+    ds = associative_recall(N, seed=1, n_pairs=8, n_queries=1)
+    slots = [r["prompt"].split("\n")[0].split(", ").index(f"{r['keys'][0]}={r['values'][0]}")
+             for r in ds]
+    assert np.bincount(slots, minlength=8).max() / N <= 1 / 8 + MARGIN
 
 
 def test_generators_reject_bad_arguments():

@@ -35,13 +35,15 @@ def render_kv_prompt(documents: Sequence[str], question: str) -> str:
 
 
 def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
-                 gold_position: int | None = None, value_digits: int = 3) -> datasets.Dataset:
+                 gold_position: int | None = None, value_digits: int = 3,
+                 cot: bool = True) -> datasets.Dataset:
     """``n_docs`` documents of ``pairs_per_doc`` ``key=value`` pairs; ask one key's value.
 
     A document reads ``"k7f2=481, q0zd=925."``; keys are distinct random
     4-character strings and values distinct ``value_digits``-digit numbers, so
     the answer occurs in exactly one document (the gold one) and nowhere else.
-    The question is ``"k7f2=?"``; completion ``"A: 481"``. The gold document's
+    The question is ``"k7f2=?"``; the completion restates the pair before the
+    answer line, ``"k7f2=481\\nA: 481"``, or is ``"A: 481"`` without ``cot``. The gold document's
     position is uniform over the ``n_docs`` slots, or ``gold_position``
     (0-based) when given, to measure a model's position bias. ``n_docs`` may
     be an int or an inclusive ``(lo, hi)`` range.
@@ -75,7 +77,7 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
         answer = str(values[slot])
         rows.append({
             "prompt": render_kv_prompt(documents, question),
-            "completion": answer_line(answer),
+            "completion": (f"{keys[slot]}={answer}\n" if cot else "") + answer_line(answer),
             "answer": answer,
             "difficulty": max(1, math.ceil(math.log2(nd))) if nd > 1 else 0,
             "task": "kv_retrieval",

@@ -92,12 +92,15 @@ def variable_tracking(n: int, seed: int = 0, hops=(1, 4), context_len=512, n_cha
 
 
 def needle(n: int, seed: int = 0, context_len=512, n_needles: int = 4,
-           value_digits: int = 4) -> datasets.Dataset:
+           value_digits: int = 4, cot: bool = True) -> datasets.Dataset:
     """Needle retrieval: ``"The number of kqzt is 4821."`` among ``n_needles - 1`` look-alikes.
 
     Each sample hides ``n_needles`` key-value sentences of the same format
     (distinct keys and values) in filler of ~``context_len`` characters and
-    asks for one of them: ``"Number of kqzt?\\n"``; completion ``"A: 4821"``.
+    asks for one of them: ``"Number of kqzt?\\n"``. With ``cot`` the
+    completion first restates the needle, ``"kqzt is 4821\\nA: 4821"`` (as
+    RULER's answer prefix restates the key, so retrieval is a copy after the
+    key); without, it is ``"A: 4821"``.
 
     Columns: the common ones (``difficulty = ceil(context_len / 256)``, the
     number of 256-character blocks to search) plus ``context_len``,
@@ -123,7 +126,7 @@ def needle(n: int, seed: int = 0, context_len=512, n_needles: int = 4,
         answer = str(values[target])
         rows.append({
             "prompt": prompt,
-            "completion": answer_line(answer),
+            "completion": (f"{keys[target]} is {answer}\n" if cot else "") + answer_line(answer),
             "answer": answer,
             "difficulty": math.ceil(len(prompt) / 256),
             "task": "needle",

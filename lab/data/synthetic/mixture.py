@@ -10,9 +10,11 @@ import numpy as np
 
 from lab.data.synthetic.arithmetic import arithmetic
 from lab.data.synthetic.base import COMMON_COLUMNS, check_n
+from lab.data.synthetic.copy import copy
 from lab.data.synthetic.icl import icl_classification
 from lab.data.synthetic.kv_retrieval import kv_retrieval
 from lab.data.synthetic.long_context import needle, variable_tracking
+from lab.data.synthetic.recall import associative_recall
 
 GENERATORS = {
     "arithmetic": arithmetic,
@@ -20,6 +22,8 @@ GENERATORS = {
     "needle": needle,
     "kv_retrieval": kv_retrieval,
     "icl_classification": icl_classification,
+    "copy": copy,
+    "associative_recall": associative_recall,
 }
 
 
