@@ -5,17 +5,15 @@ Run:
       --workdir=/tmp/gold_panning
 
 Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
-``default`` (a small zoo LM trained on multi-document key-value QA, cached under
-``LAB_CACHE``; a second one with another seed for the calibration-mismatch
-run; training each took ~17 min on a heavily loaded 2-core machine the first
-time, the run itself ~2 min once they are cached), ``paper`` (a larger LM and
-more prompts).
+``default`` (the named zoo LM ``lm-xs``, trained once on Lab's synthetic
+mixture, multi-document QA included; the calibration-mismatch profile comes from
+a smaller LM trained on multi-document QA alone; both cached under
+``LAB_CACHE``), ``paper`` (``lm-s``, more prompts).
 
 The real LM answers prompts of ``real_n`` documents. The sweep over N in
 ``sim.ns`` runs on a simulated model whose diagnosticity profile is the one
-measured on the real LM (interpolated over relative position), because a
-byte-level LM that reads 64 documents is too slow to train and query on a
-CPU; the report says which numbers come from which.
+measured on the real LM (interpolated over relative position), so that every
+N costs seconds; the report says which numbers come from which.
 """
 
 from __future__ import annotations
@@ -25,7 +23,8 @@ import ml_collections
 from lab.config import check_preset
 
 
-def _zoo(name: str, seed: int, steps: int, d_model: int, n_train: int) -> ml_collections.ConfigDict:
+def _zoo(name: str, seed: int, steps: int, d_model: int, n_train: int,
+         n_docs: list[int], seq_len: int) -> ml_collections.ConfigDict:
     z = ml_collections.ConfigDict()
     z.name = name
     z.seed = seed              # weights' and data's seed
@@ -34,14 +33,14 @@ def _zoo(name: str, seed: int, steps: int, d_model: int, n_train: int) -> ml_col
     z.n_heads = 4
     z.n_kv_heads = 2
     z.d_ff = 3 * d_model
-    z.max_len = 96
+    z.max_len = 512
     z.steps = steps
     z.learning_rate = 3e-3
     z.batch_size = 16
-    z.seq_len = 96
+    z.seq_len = seq_len
     z.n_train = n_train
     z.n_eval = 32
-    z.n_docs = [2, 5]          # documents per training prompt (gold position uniform)
+    z.n_docs = n_docs          # documents per training prompt (gold position uniform)
     return z
 
 
@@ -52,21 +51,18 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.preset = preset
     c.seed = 0
 
-    # The LM whose position bias GOLD PANNING exploits, and the one whose profile is
-    # used in the calibration-mismatch run.
-    steps = 4 if test else (6000 if paper else 2000)
-    d = 32 if test else (128 if paper else 64)
-    n_train = 200 if test else 6000
-    # The mismatch LM: the same recipe with another seed (weights and data).
-    c.zoo = _zoo("gp-lm", 0, steps, d, n_train)
-    c.zoo_mismatch = _zoo("gp-lm", 1, steps, d, n_train)
-    if test:  # one tiny LM serves both roles, so the tests train once (compiling dominates)
-        c.zoo.n_docs = [2, 4]
-        c.zoo.n_layers = 1
-        c.zoo_mismatch = c.zoo.copy_and_resolve_references()
+    # The LM whose position bias GOLD PANNING exploits ("" = the one c.zoo describes), and
+    # the one whose profile is used in the calibration-mismatch run.
+    c.model = "" if test else ("lm-s" if paper else "lm-xs")
+    c.model_mismatch = ""
+    c.zoo = _zoo("gp-test", 0, 4, 32, 200, [2, 4], 224)
+    c.zoo.n_layers = 1
+    # The mismatch LM: half the width, multi-document QA (+ copy, recall) only.
+    c.zoo_mismatch = (c.zoo.copy_and_resolve_references() if test else
+                      _zoo("gp-mismatch-lm", 1, 1500, 64, 24000, [4, 16], 320))
 
     # Real-LM evaluation.
-    c.real_n = 4 if test else 5           # documents per prompt
+    c.real_n = 4 if test else 16          # documents per prompt
     c.n_calib = 4 if test else 48         # calibration prompts per gold position
     c.n_eval = 6 if test else 96          # evaluation prompts
     c.batch_size = 8 if test else 32      # prompts per generate call

@@ -3,8 +3,9 @@
   python -m experiments.gold_panning --config=configs/gold_panning.py:default \
       --workdir=/tmp/gold_panning
 
-1. Train (or load from the cache) a small zoo LM on multi-document key-value QA
-   (``lab.data.synthetic.kv_retrieval``) and a second one with another seed.
+1. Load the queried LM (``config.model``: a named zoo LM, or ``""`` for the one
+   ``config.zoo`` describes) and the calibration-mismatch LM (``config.model_mismatch``
+   / ``config.zoo_mismatch``), training and caching them on first use.
 2. Measure each LM's diagnosticity profile at ``real_n`` documents: prompts
    with the gold document at each position, greedy answers mapped back to the
    document whose value they name.
@@ -34,11 +35,12 @@ from lab.nn import TransformerConfig
 from lab.outputs import claim, markdown_table, save_figure, to_jsonable, write_outputs
 
 CALIB_SEED, EVAL_SEED = 101, 202
-MAX_NEW_TOKENS = 8  # "A: 481" + EOS
+MAX_NEW_TOKENS = 24  # "k7f2=481\nA: 481" + EOS, with room for a wrong key
 
 
 def zoo_spec(z) -> zoo.ZooSpec:
-    """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block (kv_retrieval only)."""
+    """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
+    associative recall mixed in (the signal that grows the induction heads retrieval needs)."""
     model = TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=z.d_model,
                               n_layers=z.n_layers, n_heads=z.n_heads, n_kv_heads=z.n_kv_heads,
                               head_dim=z.d_model // z.n_heads, d_ff=z.d_ff, max_len=z.max_len)
@@ -46,11 +48,20 @@ def zoo_spec(z) -> zoo.ZooSpec:
              "warmup_steps": max(1, z.steps // 10), "schedule": "cosine", "optimizer": "adamw",
              "weight_decay": 0.01, "grad_clip": 1.0, "seed": z.seed, "log_every": 50,
              "checkpoint_every": 0}
-    data = {"tasks": {"kv_retrieval": {"n_docs": list(z.n_docs), "pairs_per_doc": 1}},
-            "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed}
+    tasks = {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs), "pairs_per_doc": 1},
+             "copy": {"weight": 1, "length": [8, 32]},
+             "associative_recall": {"weight": 1, "n_pairs": [4, 12], "n_queries": [1, 3]}}
+    data = {"tasks": tasks, "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed}
     return zoo.ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
-                       batch_size=z.batch_size, pack=True,
+                       batch_size=z.batch_size, pack=True, prompt_weight=0.1,
                        description="GOLD PANNING: multi-document key-value QA")
+
+
+def load_lm(name: str, z):
+    """``(model, cache key)``: the named zoo LM ``name``, or the ``config.zoo`` block's when
+    ``name`` is empty."""
+    spec = zoo.get_spec(name) if name else zoo_spec(z)
+    return zoo.load_spec(spec)[0], spec.key
 
 
 class LMQuery:
@@ -194,8 +205,8 @@ def run(config, workdir: str) -> dict:
         raise ValueError(f"config.claims.psc_m={c.claims.psc_m!r}; expected one of psc_m="
                          f"{list(c.psc_m)}")
     t0 = time.time()
-    model, _ = zoo.load_spec(zoo_spec(c.zoo))
-    other, _ = zoo.load_spec(zoo_spec(c.zoo_mismatch))
+    model, key = load_lm(c.model, c.zoo)
+    other, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)
     t_train = time.time() - t0
     n = c.real_n
     prof = calibrate(model, n, c.n_calib, c.batch_size, CALIB_SEED)
@@ -263,8 +274,7 @@ def run(config, workdir: str) -> dict:
         "sim_profile": {"source": source, "max_signal_measured": signal,
                         "tpr": base.tpr, "fpr": base.fpr},
         "sim_rounds": dict(zip([str(v) for v in c.sim.ns], rounds, strict=True)),
-        "rounds_fit": fit, "zoo": {"model": zoo_spec(c.zoo).key,
-                                   "mismatch": zoo_spec(c.zoo_mismatch).key},
+        "rounds_fit": fit, "zoo": {"model": key, "mismatch": key_mm},
         "seconds": {"train_or_load": t_train, "calibrate": t_cal, "real": t_real,
                     "total": time.time() - t0},
         "claims": claims,
@@ -303,8 +313,7 @@ def _report(c, res) -> str:
     fit = res["rounds_fit"]
     return (
         f"Zoo LMs: `{res['zoo']['model']}` (queried) and `{res['zoo']['mismatch']}` (its "
-        f"profile is the calibration-mismatch run's); trained on kv_retrieval with "
-        f"{list(c.zoo.n_docs)} documents.\n\n"
+        f"profile is the calibration-mismatch run's).\n\n"
         f"## Diagnosticity profile at N={c.real_n} ({c.n_calib} prompts per position)\n\n"
         + markdown_table(prof) +
         f"\n## Real LM, N={c.real_n}, {c.n_eval} held-out prompts "

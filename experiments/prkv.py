@@ -92,12 +92,13 @@ def zoo_spec(config) -> ZooSpec:
 
 
 def load_model(config):
-    """``(model, tokenizer, info)``: the HF checkpoint ``config.model`` or the zoo LM."""
-    if config.model:
+    """``(model, tokenizer, info)``: a named zoo LM, the HF checkpoint ``config.model``, or
+    (``config.model == ""``) the zoo LM described by ``config.zoo``."""
+    if config.model and config.model not in zoo.NAMED:
         from lab.hf import load_pretrained, load_tokenizer
         return load_pretrained(config.model), load_tokenizer(config.model), {
             "source": config.model}
-    spec = zoo_spec(config)
+    spec = zoo.get_spec(config.model) if config.model else zoo_spec(config)
     t0 = time.time()
     model, tok = zoo.load_spec(spec, progress=False)
     m = zoo.metrics(spec)

@@ -74,3 +74,15 @@ def test_config_validation_names_the_key():
     with pytest.raises(ValueError, match="prkv.graph='layer'"):
         exp.check_config(config)
     assert np.isclose(get_config("default").prkv.alpha, 0.85)
+
+
+def test_named_zoo_model_is_loaded_by_name(tmp_path):
+    """``--config.model=<zoo name>`` loads that named LM; one whose max_len cannot hold the
+    prompts is refused before any evaluation, with the sizes in the message."""
+    config = get_config("test")
+    config.model = "lm-test"  # max_len 64 < the test preset's ~100-token prompts
+    with pytest.raises(ValueError, match=r"prompts of \d+ tokens .* exceed the model's "
+                                         r"max_len 64"):
+        exp.run(config, str(tmp_path))
+    model, _, info = exp.load_model(config)
+    assert info["source"].startswith("lm-test-") and model.config.max_len == 64
