@@ -1,14 +1,16 @@
 """PRKV vs kvpress's eviction baselines on long-context synthetic tasks.
 
-A zoo LM (``config.zoo``, trained once on the tasks and cached by ``lab.zoo``)
-or a Hugging Face checkpoint (``--config.model=<dir>``) answers multi-hop
+A zoo LM (``config.model`` names one, default ``lm-xs``; ``""`` trains the one
+``config.zoo`` describes; cached by ``lab.zoo``) or a Hugging Face checkpoint
+(``--config.model=<dir>``) answers multi-hop
 variable tracking, needle retrieval and multi-step arithmetic after a prefill
 whose KV cache every policy compresses at every ratio; the answer is decoded
 greedily on the compressed cache and scored by exact match. Also measured:
 the kept KV bytes per example (from the compressed caches), each policy's
 scoring time as a fraction of the prefill forward (jitted, blocked, measured
-separately), and a question-only row (the prompt's context removed) that says
-what the model gets without the evidence.
+separately), the device memory of the compiled generate program per policy and
+ratio (XLA's buffer assignment), and a question-only row (the prompt's context
+removed) that says what the model gets without the evidence.
 
   python -m experiments.prkv --config=configs/prkv.py:default --workdir=/tmp/prkv
 """
@@ -195,6 +197,26 @@ def cache_costs(model, x, lengths, names, ratios, config):
     return out
 
 
+def memory_costs(model, x, lengths, names, ratios, config) -> dict:
+    """``{policy: {ratio: bytes}}``: the device memory the compiled generate program needs
+    (:func:`lab.infer.generate_memory`: weights, prompts, outputs and XLA's temporary
+    buffers, the full prompt cache, the compressed decode cache and the policy's statistics
+    included), with the decode cache sized to what the policy kept. Every policy at the
+    highest ratio, PRKV at every ratio: one compile each, nothing run."""
+    e = config.eval
+    top = max(ratios)
+    out = {}
+    for name in names:
+        rs = ratios if name == "prkv" else ([0.0] if name == "full" else [top])
+        for r in rs:
+            kw = {} if r == 0 else {**policy_kwargs(name, config), "window": e.window}
+            mem = infer.generate_memory(model, x, lengths=lengths,
+                                        max_new_tokens=e.max_new_tokens,
+                                        policy=name if r else "full", ratio=float(r), **kw)
+            out.setdefault(name, {})[str(r)] = mem["total"]
+    return out
+
+
 def question_only(prompt: str) -> str:
     """The prompt's last line (the question), the context removed."""
     lines = prompt.rstrip("\n").split("\n")
@@ -294,7 +316,7 @@ def run(config, workdir: str) -> dict:
         raise ValueError(f"prompts of {width} tokens + eval.max_new_tokens {e.max_new_tokens} "
                          f"exceed the model's max_len {model.config.max_len}")
     ratios = [float(r) for r in e.ratios]
-    acc, agreement, costs = {}, {}, {}
+    acc, agreement, costs, memory = {}, {}, {}, {}
     bs = e.batch_size
     for task, d in data.items():
         n = len(d)
@@ -323,6 +345,8 @@ def run(config, workdir: str) -> dict:
                     agree.setdefault(p, {}).setdefault(str(r), []).extend(same[:take])
             if b_i == 0:
                 costs[task] = cache_costs(model, x, lengths, list(e.policies), ratios, config)
+                if not memory:
+                    memory = memory_costs(model, x, lengths, list(e.policies), ratios, config)
             logging.info("prkv: %s batch %d/%d done (%.0fs)", task, b_i + 1, len(idx),
                          time.time() - t0)
         acc[task] = {p: {r: float(np.mean(v)) for r, v in per.items()} for p, per in rows.items()}
@@ -333,14 +357,16 @@ def run(config, workdir: str) -> dict:
     claims = _claims(acc, agreement, costs, solved, config)
     plot = _plot(acc, ratios, workdir)
     results = {"model": info, "width": width, "n_per_task": e.n_per_task, "accuracy": acc,
-               "agreement": agreement, "solved": solved, "costs": costs, "claims": claims,
+               "agreement": agreement, "solved": solved, "costs": costs, "memory": memory,
+               "claims": claims,
                "seconds": time.time() - t0}
     write_outputs(workdir, name="prkv", config=config, results=results,
-                  report=_report(acc, agreement, costs, info, ratios, config), plots=[plot])
+                  report=_report(acc, agreement, costs, memory, info, ratios, config),
+                  plots=[plot])
     return results
 
 
-def _report(acc, agreement, costs, info, ratios, config) -> str:
+def _report(acc, agreement, costs, memory, info, ratios, config) -> str:
     lines = [f"Model: `{info['source']}`"]
     if "train_seconds" in info:
         lines.append(f" ({info['params']} parameters, {info['steps']} steps, trained in "
@@ -373,6 +399,14 @@ def _report(acc, agreement, costs, info, ratios, config) -> str:
                   f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch; the forward "
                   f"capturing every statistic (attention probabilities included) "
                   f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
+    first = next(iter(costs))
+    mem_rows = [{"policy": p, **{f"r={r:g}": row.get(str(r)) for r in ratios}}
+                for p, row in memory.items()]
+    lines += [f"### Device memory of the compiled generate program (bytes, {first}, one batch)",
+              "XLA's buffer assignment (`lab.infer.generate_memory`): weights, prompts, outputs "
+              "and temporaries, the prompt's full cache during prefill and the policy's "
+              "statistics included; the decode cache holds what the policy kept.",
+              markdown_table(mem_rows, floatfmt=".4g")]
     return "\n\n".join(lines) + "\n"
 
 

@@ -8,9 +8,9 @@ log-probabilities for evaluation.
 """
 
 from lab.infer import kvpress, policies  # noqa: F401 (kvpress registers its policies)
-from lab.infer.engine import Generation, as_batch, generate, prefill, score
+from lab.infer.engine import Generation, as_batch, generate, generate_memory, prefill, score
 from lab.infer.policies import Policy, Stats
 from lab.nn.cache import KVCache
 
-__all__ = ["Generation", "KVCache", "Policy", "Stats", "as_batch", "generate", "policies",
-           "prefill", "score"]
+__all__ = ["Generation", "KVCache", "Policy", "Stats", "as_batch", "generate", "generate_memory",
+           "policies", "prefill", "score"]

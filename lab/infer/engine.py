@@ -257,6 +257,15 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: fl
     Raises ValueError for out-of-vocabulary ids, prompt + max_new_tokens beyond
     ``max_len`` or the capacity, bad sampling arguments, an unknown policy or capture.
     """
+    args, static = _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p,
+                                  stop_tokens, seed, policy, ratio, capture, lengths, pad_id,
+                                  capacity, policy_kwargs)
+    return _generate_jit(*args, **static)
+
+
+def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, stop_tokens, seed,
+                   policy, ratio, capture, lengths, pad_id, capacity, policy_kwargs):
+    """Checks :func:`generate`'s arguments; returns ``_generate_jit``'s ``(args, static)``."""
     cfg = model.config
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens!r}; expected an int >= 1")
@@ -270,12 +279,37 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: fl
                  policy_kwargs)
     graphdef, state = nnx.split(model)
     greedy = float(temperature) == 0.0
-    return _generate_jit(
-        graphdef, state, plan.tokens, plan.lengths, plan.budget, jax.random.key(seed),
-        jnp.float32(temperature if not greedy else 1.0), policy=plan.policy,
-        kwargs=plan.kwargs, window=plan.window, capacity=plan.capacity, max_new=max_new_tokens,
-        greedy=greedy, top_k=top_k, top_p=None if top_p is None else float(top_p), stop=stop,
-        pad_id=pad_id, capture=capture[0] if capture else None)
+    args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, jax.random.key(seed),
+            jnp.float32(temperature if not greedy else 1.0))
+    static = dict(policy=plan.policy, kwargs=plan.kwargs, window=plan.window,
+                  capacity=plan.capacity, max_new=max_new_tokens, greedy=greedy, top_k=top_k,
+                  top_p=None if top_p is None else float(top_p), stop=stop, pad_id=pad_id,
+                  capture=capture[0] if capture else None)
+    return args, static
+
+
+def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, policy: str = "full",
+                    ratio: float = 0.0, lengths=None, pad_id: int = 0,
+                    capacity: int | None = None, **policy_kwargs) -> dict:
+    """XLA's memory analysis of the compiled greedy :func:`generate` program (not run).
+
+    Returns bytes: ``arguments`` (weights and prompts), ``outputs``, ``temp``
+    (XLA's temporary allocation: every intermediate buffer, the KV caches and
+    the policy's statistics included, with buffers whose live ranges do not
+    overlap sharing space) and ``total`` = their sum, the device memory the
+    program needs. The prompt forward's full cache and activations count too,
+    since eviction happens after the prefill, as in kvpress. These come from the
+    compiler's buffer assignment, so they are exact for the compiled program on
+    this backend and cost a compile, not a run.
+    """
+    args, static = _generate_call(model, tokens, max_new_tokens, 0.0, None, None, (), 0, policy,
+                                  ratio, (), lengths, pad_id, capacity, policy_kwargs)
+    stats = _generate_jit.lower(*args, **static).compile().memory_analysis()
+    return {"arguments": int(stats.argument_size_in_bytes),
+            "outputs": int(stats.output_size_in_bytes),
+            "temp": int(stats.temp_size_in_bytes),
+            "total": int(stats.argument_size_in_bytes + stats.output_size_in_bytes
+                         + stats.temp_size_in_bytes)}
 
 
 @functools.partial(jax.jit, static_argnums=0)

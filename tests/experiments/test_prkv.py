@@ -28,6 +28,12 @@ def check_outputs(out, workdir, config):
         kb = saved["costs"][task]["policies"]["prkv"]["kept_bytes"]
         assert (0.2 if task == "arithmetic" else 0.23) <= kb["0.75"] / kb["0.0"] <= 0.25
         assert saved["costs"][task]["policies"]["prkv"]["score_fraction"] > 0
+    # Compiled generate memory: StreamingLLM (no statistics) at 0.75 needs less than the full
+    # cache; PRKV is measured at every ratio.
+    mem = saved["memory"]
+    assert set(mem) == set(config.eval.policies)
+    assert mem["streaming_llm"]["0.75"] < mem["full"]["0.0"]
+    assert set(mem["prkv"]) == {str(float(r)) for r in config.eval.ratios}
     assert all(isinstance(c["holds"], bool) for c in out["claims"]) and len(out["claims"]) >= 3
     assert "### variable_tracking" in (workdir / "report.md").read_text()
 

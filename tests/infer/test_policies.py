@@ -147,3 +147,18 @@ def test_registry_rules():
     with pytest.raises(ValueError, match="unknown cache policy 'nope'; known policies: .*full"):
         policies.get("nope")
     assert policies.budgets([10, 7, 3], 0.5) == [5, 3, 1]
+
+
+def test_generate_memory_falls_with_the_ratio_and_counts_the_cache(model):
+    """XLA's buffer assignment: the compressed decode cache is smaller, so temp bytes fall
+    with the ratio; the full cache's bytes are a lower bound on the full run's temp."""
+    x, lengths = prompt_batch([40, 40])
+    mem = {r: infer.generate_memory(model, x, lengths=lengths, max_new_tokens=4,
+                                    policy="streaming_llm", ratio=r) for r in (0.0, 0.75)}
+    cache_bytes = KVCache.init(CFG, 2, 44).keys.nbytes * 2  # keys + values, 40 + 4 slots
+    assert mem[0.0]["temp"] >= cache_bytes
+    assert mem[0.75]["temp"] < mem[0.0]["temp"]
+    weights = sum(v.nbytes for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert weights <= mem[0.0]["arguments"] < weights + 1024  # weights + prompts + budget
+    for m in mem.values():
+        assert m["total"] == m["arguments"] + m["outputs"] + m["temp"]
