@@ -10,7 +10,8 @@ from lab.data.synthetic.mixture import GENERATORS, generate, mixture
 from lab.data.synthetic.recall import associative_recall
 
 __all__ = [
-    "ANSWER_PREFIX", "COMMON_COLUMNS", "associative_recall", "FILLER_SENTENCES", "GENERATORS", "arithmetic", "copy",
-    "evaluate_chain", "extract_answer", "generate", "icl_classification", "kv_retrieval",
+    "ANSWER_PREFIX", "COMMON_COLUMNS", "FILLER_SENTENCES", "GENERATORS", "arithmetic",
+    "associative_recall", "copy", "evaluate_chain", "extract_answer", "generate",
+    "icl_classification", "kv_retrieval",
     "mixture", "needle", "render_kv_prompt", "variable_tracking",
 ]
