@@ -165,13 +165,16 @@ NAMED: dict[str, ZooSpec] = {
         train=_train(4000, 3e-3),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12, prompt_weight=0.1,
-        description="2 layers, d=128 (0.43M params), contexts up to 448 tokens"),
+        description=("2 layers, d=128 (0.43M params), contexts up to 448 tokens; measured: "
+                     "4,738 s of training on a shared 2-core host, held-out exact match copy "
+                     "1.00, needle 0.05, kv QA 0.02, arithmetic 0.02, variable tracking and "
+                     "associative recall 0: it copies, but has not learned key lookup")),
     "lm-s": ZooSpec(
         name="lm-s", model=_model(192, 3, 6, 2, 576, 2048),
         train=_train(4000, 2e-3),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12, prompt_weight=0.1,
-        description="3 layers, d=192 (1.3M params), contexts up to 448 tokens"),
+        description="3 layers, d=192 (1.3M params), contexts up to 448 tokens; not yet measured"),
     "lm-m": ZooSpec(
         name="lm-m", model=_model(256, 4, 8, 2, 768, 4096),
         train=_train(8000, 1.5e-3),
