@@ -7,7 +7,7 @@ Run:
 Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
 ``default`` (the named zoo LM ``lm-xs``, trained once on Lab's synthetic
 mixture, multi-document QA included; the calibration-mismatch profile comes from
-a smaller LM trained on multi-document QA alone; both cached under
+a half-width LM trained on multi-document QA with copy and recall; both cached under
 ``LAB_CACHE``), ``paper`` (``lm-s``, more prompts).
 
 The real LM answers prompts of ``real_n`` documents. The sweep over N in
