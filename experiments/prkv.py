@@ -256,11 +256,14 @@ def _claims(acc, agreement, costs, solved, config) -> list[dict]:
         def agree(p):
             return float(np.mean([agreement[t][p][str(r)] for t in agreement for r in high]))
         best = max(baselines, key=agree)
+        # Testable only when some policy preserves more than the margin: 0 vs 0 says nothing.
         out.append(claim(f"PRKV preserves the full-cache output at least as often as the best "
-                         f"baseline at ratios {high} (all tasks, margin {c.margin})",
+                         f"baseline at ratios {high} (all tasks, margin {c.margin}; some policy "
+                         f"must agree more than the margin)",
                          "mean agreement with the full-cache generation",
                          {"prkv": agree("prkv"), best: agree(best)},
-                         agree("prkv") >= agree(best) - c.margin))
+                         agree("prkv") >= agree(best) - c.margin
+                         and max(agree("prkv"), agree(best)) > c.margin))
     ratios = sorted(e.ratios)
     mono = {}
     for t, tc in costs.items():
