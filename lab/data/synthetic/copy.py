@@ -5,8 +5,10 @@ tracking) through induction heads: attend to the earlier occurrence of the
 current token and copy what followed it (Olsson et al. 2022, "In-context
 learning and induction heads"). Every completion token of this task is such a
 copy, so it gives that circuit a dense training signal, where the retrieval
-tasks give a few tokens per long example; mixing it in is what lets Lab's
-2-layer zoo LMs pass the induction phase change in a few hundred steps on a CPU.
+tasks give a few tokens per long example. Mixed into lm-xs's data, it took the
+2-layer model through the induction phase change at about 1,000 steps (held-out
+copy exact match 1.0 after 4,000); key lookup, which needs several characters
+matched at once, had not followed by then.
 """
 
 from __future__ import annotations

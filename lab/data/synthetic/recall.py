@@ -3,9 +3,9 @@
 Zoology's MQAR (Arora et al. 2023, "Zoology: measuring and improving recall in
 efficient language models") is the synthetic task that isolates in-context
 recall: a list of key-value pairs, then several keys to look up. Every value in
-the completion is a retrieval, so it trains the lookup that needle, key-value
-QA and variable tracking need (match a multi-character key, copy what follows)
-with many times their signal per token.
+the completion is a retrieval, so it gives the lookup that needle, key-value QA
+and variable tracking need (match a multi-character key, copy what follows)
+many times their training signal per token.
 """
 
 from __future__ import annotations
