@@ -31,8 +31,8 @@ from lab.data import ByteTokenizer
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
-from lab.nn import TransformerConfig
 from lab.outputs import claim, markdown_table, save_figure, to_jsonable, write_outputs
+from lab.zoo import byte_lm, train_recipe
 
 CALIB_SEED, EVAL_SEED = 101, 202
 MAX_NEW_TOKENS = 24  # "k7f2=481\nA: 481" + EOS, with room for a wrong key
@@ -41,13 +41,9 @@ MAX_NEW_TOKENS = 24  # "k7f2=481\nA: 481" + EOS, with room for a wrong key
 def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
     associative recall mixed in (the signal that grows the induction heads retrieval needs)."""
-    model = TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=z.d_model,
-                              n_layers=z.n_layers, n_heads=z.n_heads, n_kv_heads=z.n_kv_heads,
-                              head_dim=z.d_model // z.n_heads, d_ff=z.d_ff, max_len=z.max_len)
-    train = {"steps": z.steps, "learning_rate": z.learning_rate,
-             "warmup_steps": max(1, z.steps // 10), "schedule": "cosine", "optimizer": "adamw",
-             "weight_decay": 0.01, "grad_clip": 1.0, "seed": z.seed, "log_every": 50,
-             "checkpoint_every": 0}
+    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len)
+    train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
+                         seed=z.seed, log_every=50, checkpoint_every=0)
     tasks = {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs), "pairs_per_doc": 1},
              "copy": {"weight": 1, "length": [8, 32]},
              "associative_recall": {"weight": 1, "n_pairs": [4, 12], "n_queries": [1, 3]}}

@@ -30,13 +30,11 @@ from flax import nnx
 from configs.prkv import POLICIES, get_config
 from lab import infer, launch, zoo
 from lab.config import check_preset, validate
-from lab.data import ByteTokenizer
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import engine, policies
 from lab.methods import prkv as prkv_lib
-from lab.nn import TransformerConfig
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
-from lab.zoo import ZooSpec
+from lab.zoo import ZooSpec, byte_lm, train_recipe
 
 TASKS = ("variable_tracking", "needle", "arithmetic")
 POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent")}
@@ -79,13 +77,9 @@ def task_kwargs(config) -> dict:
 def zoo_spec(config) -> ZooSpec:
     """The zoo LM of ``config.zoo``, trained on ``config.tasks`` (equal weights)."""
     z = config.zoo
-    model = TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=z.d_model,
-                              n_layers=z.n_layers, n_heads=z.n_heads, n_kv_heads=z.n_kv_heads,
-                              head_dim=z.d_model // z.n_heads, d_ff=z.d_ff, max_len=z.max_len)
-    train = {"steps": z.steps, "learning_rate": z.learning_rate,
-             "warmup_steps": min(50, max(z.steps // 10, 1)), "schedule": "cosine",
-             "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "seed": config.seed,
-             "log_every": 25, "checkpoint_every": 100}
+    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len)
+    train = train_recipe(z.steps, z.learning_rate, warmup_steps=min(50, max(z.steps // 10, 1)),
+                         seed=config.seed, checkpoint_every=100)
     data = {"tasks": task_kwargs(config), "n_train": z.n_train, "n_eval": z.n_eval,
             "seed": config.seed}
     return ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,

@@ -17,7 +17,7 @@ from absl import logging
 
 from lab.data import ByteTokenizer
 from lab.zoo.evaluate import evaluate
-from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec
+from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec, byte_lm, train_recipe
 from lab.zoo.store import (
     METRICS_FILE,
     CorruptEntry,
@@ -113,6 +113,6 @@ def metrics(spec: ZooSpec | str) -> dict:
 
 
 __all__ = [
-    "NAMED", "TRAININGS", "CorruptEntry", "ZooSpec", "cache_root", "entry_path", "evaluate",
-    "get_spec", "list", "load", "load_spec", "metrics",
+    "NAMED", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root", "entry_path",
+    "evaluate", "get_spec", "list", "load", "load_spec", "metrics", "train_recipe",
 ]

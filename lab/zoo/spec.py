@@ -126,10 +126,12 @@ class ZooSpec:
         return dataclasses.replace(self, **kwargs)
 
 
-def _model(d: int, layers: int, heads: int, kv: int, ff: int, max_len: int) -> TransformerConfig:
-    return TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=d, n_layers=layers,
-                             n_heads=heads, n_kv_heads=kv, head_dim=d // heads, d_ff=ff,
-                             max_len=max_len)
+def byte_lm(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int,
+            max_len: int) -> TransformerConfig:
+    """A Transformer over the byte tokenizer's vocabulary (head_dim = d_model / n_heads)."""
+    return TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=d_model,
+                             n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                             head_dim=d_model // n_heads, d_ff=d_ff, max_len=max_len)
 
 
 def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
@@ -146,23 +148,26 @@ def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
     }
 
 
-def _train(steps: int, lr: float) -> dict:
-    return {"steps": steps, "learning_rate": lr, "warmup_steps": min(100, steps // 10),
-            "schedule": "cosine", "optimizer": "adamw", "weight_decay": 0.01,
-            "grad_clip": 1.0, "seed": 0, "log_every": 25, "checkpoint_every": 200}
+def train_recipe(steps: int, learning_rate: float, **overrides) -> dict:
+    """The zoo's training recipe (``lab.train.TrainConfig`` fields): AdamW, weight decay
+    0.01, clip 1.0, warm-up min(100, steps / 10) then cosine; ``overrides`` replace any field."""
+    return {"steps": steps, "learning_rate": learning_rate,
+            "warmup_steps": min(100, steps // 10), "schedule": "cosine", "optimizer": "adamw",
+            "weight_decay": 0.01, "grad_clip": 1.0, "seed": 0, "log_every": 25,
+            "checkpoint_every": 200, **overrides}
 
 
 NAMED: dict[str, ZooSpec] = {
     "lm-test": ZooSpec(
-        name="lm-test", model=_model(32, 1, 2, 1, 64, 64),
-        train=_train(40, 3e-3) | {"checkpoint_every": 0},
+        name="lm-test", model=byte_lm(32, 1, 2, 1, 64, 64),
+        train=train_recipe(40, 3e-3, checkpoint_every=0),
         data={"tasks": {"arithmetic": {"steps": 1, "digits": 1}}, "n_train": 256,
               "n_eval": 32, "seed": 0},
         seq_len=64, batch_size=8,
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
     "lm-xs": ZooSpec(
-        name="lm-xs", model=_model(128, 2, 4, 2, 384, 2048),
-        train=_train(4000, 3e-3),
+        name="lm-xs", model=byte_lm(128, 2, 4, 2, 384, 2048),
+        train=train_recipe(4000, 3e-3),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12, prompt_weight=0.1,
         description=("2 layers, d=128 (0.43M params), contexts up to 448 tokens; measured: "
@@ -170,14 +175,14 @@ NAMED: dict[str, ZooSpec] = {
                      "1.00, needle 0.05, kv QA 0.02, arithmetic 0.02, variable tracking and "
                      "associative recall 0: it copies, but has not learned key lookup")),
     "lm-s": ZooSpec(
-        name="lm-s", model=_model(192, 3, 6, 2, 576, 2048),
-        train=_train(4000, 2e-3),
+        name="lm-s", model=byte_lm(192, 3, 6, 2, 576, 2048),
+        train=train_recipe(4000, 2e-3),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12, prompt_weight=0.1,
         description="3 layers, d=192 (1.3M params), contexts up to 448 tokens; not yet measured"),
     "lm-m": ZooSpec(
-        name="lm-m", model=_model(256, 4, 8, 2, 768, 4096),
-        train=_train(8000, 1.5e-3),
+        name="lm-m", model=byte_lm(256, 4, 8, 2, 768, 4096),
+        train=train_recipe(8000, 1.5e-3),
         data={"tasks": _tasks((256, 1920)), "n_train": 120000, "n_eval": 64, "seed": 0},
         seq_len=2048, batch_size=8, prompt_weight=0.1,
         description="4 layers, d=256 (3.1M params), contexts up to 1920 tokens (a GPU host)"),
