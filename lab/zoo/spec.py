@@ -138,8 +138,8 @@ def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
     """The named models' mixture: recall (copy, MQAR), then the long-context tasks (needles,
     variable tracking, multi-document QA) and arithmetic. Copy grows induction heads (phase
     change at ~1,000 steps); MQAR was meant to grow key lookup, but on its own a 2-layer d=128
-    model stays at its plateau (~0.11 value accuracy) for 6,000 steps, in Lab and in
-    ``transformers`` alike (:mod:`lab.data.synthetic.recall`)."""
+    model stays at its plateau (~0.11 value accuracy) for 6,000 steps, and ``transformers``
+    is no better at 1,000 (:mod:`lab.data.synthetic.recall`)."""
     return {
         "copy": {"weight": 1, "length": (8, 32)},
         "associative_recall": {"weight": 2, "n_pairs": (8, 32), "n_queries": (2, 6)},
