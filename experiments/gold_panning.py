@@ -27,7 +27,6 @@ from absl import logging
 from configs.gold_panning import get_config
 from lab import launch, zoo
 from lab.config import validate
-from lab.data import ByteTokenizer
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
@@ -40,7 +39,8 @@ MAX_NEW_TOKENS = 24  # "k7f2=481\nA: 481" + EOS, with room for a wrong key
 
 def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
-    associative recall mixed in (the signal that grows the induction heads retrieval needs)."""
+    associative recall mixed in (copy grows induction heads; see :mod:`lab.zoo.spec` for what
+    MQAR was measured to do)."""
     model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len)
     train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
                          seed=z.seed, log_every=50, checkpoint_every=0)
@@ -54,10 +54,10 @@ def zoo_spec(z) -> zoo.ZooSpec:
 
 
 def load_lm(name: str, z):
-    """``(model, cache key)``: the named zoo LM ``name``, or the ``config.zoo`` block's when
-    ``name`` is empty."""
+    """``(model, tokenizer, cache key)``: the named zoo LM ``name``, or the ``config.zoo``
+    block's when ``name`` is empty."""
     spec = zoo.get_spec(name) if name else zoo_spec(z)
-    return zoo.load_spec(spec)[0], spec.key
+    return (*zoo.load_spec(spec), spec.key)
 
 
 class LMQuery:
@@ -68,8 +68,8 @@ class LMQuery:
     whose value the answer names (-1 when it names none). Counts the queries.
     """
 
-    def __init__(self, model, ds, batch_size: int):
-        self.model, self.tok, self.bs = model, ByteTokenizer(), batch_size
+    def __init__(self, model, tokenizer, ds, batch_size: int):
+        self.model, self.tok, self.bs = model, tokenizer, batch_size
         self.docs, self.questions = list(ds["documents"]), list(ds["question"])
         # pairs_per_doc=1: document d holds exactly one value, candidates[d]
         self.values = [list(c) for c in ds["candidates"]]
@@ -95,8 +95,7 @@ class LMQuery:
                            stop_tokens=(self.tok.eos_id,), pad_id=self.tok.pad_id)
             tokens = np.asarray(gen.tokens)
             for k, (i, order) in enumerate(zip(r, o, strict=True)):
-                ans = extract_answer(self.tok.decode([t for t in tokens[k].tolist()
-                                                      if t < 256]))
+                ans = extract_answer(self.tok.decode(tokens[k].tolist()))
                 if ans in self.values[i]:
                     doc = self.values[i].index(ans)
                     out[s + k] = int(np.flatnonzero(order == doc)[0])
@@ -104,12 +103,12 @@ class LMQuery:
         return out
 
 
-def calibrate(model, n: int, k: int, batch_size: int, seed: int) -> gp.Profile:
+def calibrate(model, tokenizer, n: int, k: int, batch_size: int, seed: int) -> gp.Profile:
     """The LM's measured profile: ``k`` prompts with the gold at each of ``n`` positions."""
     golds, obs = [], []
     for p in range(n):
         ds = kv_retrieval(k, seed=seed + p, n_docs=n, gold_position=p, pairs_per_doc=1)
-        q = LMQuery(model, ds, batch_size)
+        q = LMQuery(model, tokenizer, ds, batch_size)
         obs.append(q(np.arange(k), np.tile(np.arange(n), (k, 1))))
         golds.append(np.full(k, p))
     return gp.measure_profile(np.concatenate(golds), np.concatenate(obs), n)
@@ -201,18 +200,18 @@ def run(config, workdir: str) -> dict:
         raise ValueError(f"config.claims.psc_m={c.claims.psc_m!r}; expected one of psc_m="
                          f"{list(c.psc_m)}")
     t0 = time.time()
-    model, key = load_lm(c.model, c.zoo)
-    other, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)
+    model, tok, key = load_lm(c.model, c.zoo)
+    other, tok_mm, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)
     t_train = time.time() - t0
     n = c.real_n
-    prof = calibrate(model, n, c.n_calib, c.batch_size, CALIB_SEED)
-    prof_mm = calibrate(other, n, c.n_calib, c.batch_size, CALIB_SEED)
+    prof = calibrate(model, tok, n, c.n_calib, c.batch_size, CALIB_SEED)
+    prof_mm = calibrate(other, tok_mm, n, c.n_calib, c.batch_size, CALIB_SEED)
     t_cal = time.time() - t0 - t_train
     logging.info("profile tpr=%s fpr=%s", prof.tpr.round(2), prof.fpr.round(2))
 
     ds = kv_retrieval(c.n_eval, seed=EVAL_SEED, n_docs=n, pairs_per_doc=1)
     gold = np.asarray(ds["gold_doc"])
-    lm = LMQuery(model, ds, c.batch_size)
+    lm = LMQuery(model, tok, ds, c.batch_size)
     real = compare(lm, n, gold, prof, prof_mm, c, list(c.budgets), list(c.psc_m), c.seed)
     real["model_queries"] = lm.calls
     t_real = time.time() - t0 - t_train - t_cal
