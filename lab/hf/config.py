@@ -154,7 +154,7 @@ def config_to_hf(config: TransformerConfig, model_type: str | None = None) -> di
     ``model_type`` defaults to :func:`default_model_type`. Raises ValueError when
     the family cannot represent ``config`` (Qwen3 always has q/k norm, Qwen2
     always has qkv biases and never q/k norm, Llama has no q/k norm; every
-    family is causal).
+    family is causal and none smears queries and keys).
     """
     mt = model_type or default_model_type(config)
     if mt not in SUPPORTED_MODEL_TYPES:
@@ -163,6 +163,9 @@ def config_to_hf(config: TransformerConfig, model_type: str | None = None) -> di
     if not config.causal:
         raise ValueError("TransformerConfig.causal=False has no Hugging Face counterpart in "
                          f"{SUPPORTED_MODEL_TYPES}; they are causal LMs")
+    if config.qk_smear:
+        raise ValueError(f"TransformerConfig.qk_smear={config.qk_smear} has no Hugging Face "
+                         f"counterpart in {SUPPORTED_MODEL_TYPES}; only qk_smear=0 exports")
     if mt == "qwen3" and not config.qk_norm:
         raise ValueError("model_type='qwen3' needs TransformerConfig.qk_norm=True")
     if mt in ("qwen2", "llama") and config.qk_norm:

@@ -22,29 +22,36 @@ import jax
 import jax.numpy as jnp
 
 from lab.infer import sampling
-from lab.nn import KVCache, Transformer, apply_rope
+from lab.nn import KVCache, Transformer
+from lab.nn.layers import last_tokens
 
 
 class LayerCache(NamedTuple):
     """The cache as per-layer tuples: ``keys[i], values[i] [B, Hkv, C, hd]``,
     ``positions[i] [B, Hkv, C]`` (policies may keep different entries per layer),
-    ``length [B]``."""
+    ``length [B]``, and for ``qk_smear`` models ``qk_tail[i] [B, S, H + Hkv, hd]``
+    with ``tail_positions [B, S]`` (empty tuple / None otherwise)."""
 
     keys: tuple
     values: tuple
     positions: tuple
     length: jax.Array
+    qk_tail: tuple = ()
+    tail_positions: jax.Array | None = None
 
     @classmethod
     def from_cache(cls, cache: KVCache) -> LayerCache:
         n = cache.keys.shape[0]
+        tail = () if cache.qk_tail is None else tuple(cache.qk_tail[i] for i in range(n))
         return cls(tuple(cache.keys[i] for i in range(n)),
                    tuple(cache.values[i] for i in range(n)),
-                   tuple(cache.positions[i] for i in range(n)), cache.length)
+                   tuple(cache.positions[i] for i in range(n)), cache.length,
+                   tail, cache.tail_positions)
 
     def to_cache(self) -> KVCache:
         return KVCache(jnp.stack(self.keys), jnp.stack(self.values), jnp.stack(self.positions),
-                       self.length)
+                       self.length, jnp.stack(self.qk_tail) if self.qk_tail else None,
+                       self.tail_positions)
 
 
 def fused_weights(model: Transformer) -> tuple:
@@ -68,11 +75,12 @@ def _layers_step(model: Transformer, weights: tuple, cache: LayerCache, tokens, 
     slot = cache.length
     dt = c.jnp_dtype
     key_pos = (positions if active is None else jnp.where(active, positions, -1))
-    key_pos = key_pos.astype(jnp.int32)[:, None]
+    key_pos = key_pos.astype(jnp.int32)[:, None]                   # [B, 1]
     pos = positions[:, None]                                        # [B, 1]
     nq, nkv, hd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.head_dim
     x = model.embed(tokens)[:, None, :]                             # [B, 1, D]
-    states, keys, values, kpos = [x], [], [], []
+    states, keys, values, kpos, tails = [x], [], [], [], []
+    tail_pos = cache.tail_positions
     for i, layer in enumerate(model.layers):
         w_qkv, b_qkv, w_gu = weights[i]
         a = layer.attn
@@ -82,10 +90,14 @@ def _layers_step(model: Transformer, weights: tuple, cache: LayerCache, tokens, 
         q = qkv[..., :nq].reshape(b, 1, c.n_heads, hd)
         k = qkv[..., nq:nq + nkv].reshape(b, 1, c.n_kv_heads, hd)
         v = qkv[..., nq + nkv:].reshape(b, c.n_kv_heads, hd)
-        if c.qk_norm:
-            q, k = a.q_norm(q), a.k_norm(k)
-        q = apply_rope(q, pos, c.rope_theta).transpose(0, 2, 1, 3)  # [B, H, 1, hd]
-        k = apply_rope(k, pos, c.rope_theta)[:, 0]                  # [B, Hkv, hd]
+        if c.qk_smear:
+            tail, tail_pos = last_tokens(cache.qk_tail[i], cache.tail_positions,
+                                         jnp.concatenate([q, k], axis=2), key_pos)
+            tails.append(tail)
+        q, k = a.rotate(q, k, pos, src_positions=key_pos,
+                        tail=cache.qk_tail[i] if c.qk_smear else None,
+                        tail_positions=cache.tail_positions)  # [B, H, 1, hd]
+        k = k[:, :, 0]                                              # [B, Hkv, hd]
         kc = cache.keys[i].at[rows, :, slot].set(k.astype(dt))
         vc = cache.values[i].at[rows, :, slot].set(v.astype(dt))
         pc = cache.positions[i].at[rows, :, slot].set(key_pos)
@@ -100,7 +112,8 @@ def _layers_step(model: Transformer, weights: tuple, cache: LayerCache, tokens, 
         keys.append(kc), values.append(vc), kpos.append(pc)
     logits = model.unembed(x[:, 0])
     advance = jnp.ones((b,), jnp.int32) if active is None else active.astype(jnp.int32)
-    new = LayerCache(tuple(keys), tuple(values), tuple(kpos), cache.length + advance)
+    new = LayerCache(tuple(keys), tuple(values), tuple(kpos), cache.length + advance,
+                     tuple(tails), tail_pos)
     return logits, new, (jnp.stack(states)[:, :, 0] if hidden else None)
 
 

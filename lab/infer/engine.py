@@ -123,19 +123,20 @@ def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, 
 
 
 def _window_queries(model: Transformer, hidden, lengths, window: int):
-    """Queries after q-norm and RoPE of each row's last ``window`` prompt tokens:
+    """Queries after smear, q-norm and RoPE of each row's last ``window`` prompt tokens:
     ``([L, B, H, W, hd], positions [B, W])`` (position -1 where the row is shorter)."""
     t = hidden.shape[2]
     w = min(window, t)
-    idx = lengths[:, None] - w + jnp.arange(w, dtype=jnp.int32)[None, :]
+    before = model.config.qk_smear  # the tokens a smeared query mixes in
+    idx = lengths[:, None] - w - before + jnp.arange(w + before, dtype=jnp.int32)[None, :]
     qpos = jnp.where(idx >= 0, idx, -1)
     take = jnp.clip(idx, 0)[..., None]
     qs = []
     for i, layer in enumerate(model.layers):
         h = jnp.take_along_axis(hidden[i], take, axis=1)
         q, _, _ = layer.attn.project(layer.attn_norm(h), qpos)
-        qs.append(q)
-    return jnp.stack(qs), qpos
+        qs.append(q[:, :, before:])
+    return jnp.stack(qs), qpos[:, before:]
 
 
 def _prefill(model: Transformer, tokens, lengths, budget, *, policy, kwargs, window, capacity,

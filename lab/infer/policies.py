@@ -165,8 +165,9 @@ def compact(cache: KVCache, scores: jax.Array, budget) -> KVCache:
     keys = jnp.where(kept[..., None], jnp.take_along_axis(cache.keys, gather, axis=3), 0)
     values = jnp.where(kept[..., None], jnp.take_along_axis(cache.values, gather, axis=3), 0)
     length = jnp.max(jnp.sum(kept, axis=-1), axis=(0, 2)).astype(jnp.int32)
-    return KVCache(keys.astype(cache.keys.dtype), values.astype(cache.values.dtype),
-                   positions.astype(jnp.int32), length)
+    return cache._replace(keys=keys.astype(cache.keys.dtype),
+                          values=values.astype(cache.values.dtype),
+                          positions=positions.astype(jnp.int32), length=length)
 
 
 def resize(cache: KVCache, capacity: int) -> KVCache:
@@ -176,11 +177,13 @@ def resize(cache: KVCache, capacity: int) -> KVCache:
     if capacity == c:
         return cache
     if capacity < c:
-        return KVCache(cache.keys[:, :, :, :capacity], cache.values[:, :, :, :capacity],
-                       cache.positions[:, :, :, :capacity], cache.length)
+        return cache._replace(keys=cache.keys[:, :, :, :capacity],
+                              values=cache.values[:, :, :, :capacity],
+                              positions=cache.positions[:, :, :, :capacity])
     pad = [(0, 0)] * 3 + [(0, capacity - c)]
-    return KVCache(jnp.pad(cache.keys, pad + [(0, 0)]), jnp.pad(cache.values, pad + [(0, 0)]),
-                   jnp.pad(cache.positions, pad, constant_values=-1), cache.length)
+    return cache._replace(keys=jnp.pad(cache.keys, pad + [(0, 0)]),
+                          values=jnp.pad(cache.values, pad + [(0, 0)]),
+                          positions=jnp.pad(cache.positions, pad, constant_values=-1))
 
 
 def window_attention(cache: KVCache, stats: Stats) -> jax.Array:

@@ -22,21 +22,35 @@ class KVCache(NamedTuple):
     positions:    ``[L, B, Hkv, C]`` int32 original token positions, -1 = empty.
     length:       ``[B]`` int32: the next slot to write, per row (the same for
                   every layer and head: policies compact kept entries to the front).
+    qk_tail:      ``[L, B, S, H + Hkv, head_dim]`` or None: the raw queries and keys
+                  (before smear, norm and RoPE) of each row's ``S`` latest tokens,
+                  for models with ``qk_smear = S`` (like a convolution's state, it is
+                  the current tokens' context, not evictable).
+    tail_positions: ``[B, S]`` int32 or None: their positions (-1 = none).
     """
 
     keys: jax.Array
     values: jax.Array
     positions: jax.Array
     length: jax.Array
+    qk_tail: jax.Array | None = None
+    tail_positions: jax.Array | None = None
 
     @classmethod
     def init(cls, config, batch: int, capacity: int) -> KVCache:
-        shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
+        c = config
+        shape = (c.n_layers, batch, c.n_kv_heads, capacity, c.head_dim)
+        tail = tail_positions = None
+        if c.qk_smear:
+            tail = jnp.zeros((c.n_layers, batch, c.qk_smear, c.n_heads + c.n_kv_heads,
+                              c.head_dim), c.jnp_dtype)
+            tail_positions = jnp.full((batch, c.qk_smear), -1, jnp.int32)
         return cls(
-            keys=jnp.zeros(shape, config.jnp_dtype),
-            values=jnp.zeros(shape, config.jnp_dtype),
+            keys=jnp.zeros(shape, c.jnp_dtype),
+            values=jnp.zeros(shape, c.jnp_dtype),
             positions=jnp.full(shape[:-1], -1, jnp.int32),
             length=jnp.zeros((batch,), jnp.int32),
+            qk_tail=tail, tail_positions=tail_positions,
         )
 
     @property
@@ -49,8 +63,9 @@ class KVCache(NamedTuple):
         return self.positions >= 0
 
     def nbytes(self) -> int:
-        """Bytes held by the buffers (keys, values, positions)."""
-        return int(sum(x.size * x.dtype.itemsize for x in (self.keys, self.values, self.positions)))
+        """Bytes held by the buffers (keys, values, positions, and the q/k tail if any)."""
+        parts = (self.keys, self.values, self.positions, self.qk_tail, self.tail_positions)
+        return int(sum(x.size * x.dtype.itemsize for x in parts if x is not None))
 
     def kept_bytes(self) -> jax.Array:
         """Bytes of the entries actually kept (what a compressed cache needs to store)."""

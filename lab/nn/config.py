@@ -21,6 +21,15 @@ class TransformerConfig:
     ``causal=False`` gives a bidirectional encoder/denoiser on the same code.
     ``attention_impl`` is ``"xla"`` (the jnp reference) or ``"pallas"`` (the
     flash kernel in ``kernels_pallas.attention``).
+
+    ``qk_smear = S > 0`` adds to each query and key a learned depthwise mix of
+    the raw queries/keys of the ``S`` previous tokens of the same sequence
+    (``q'_t = q_t + sum_i w_i * q_{t-i}``, weights per lag, head and channel,
+    before q/k norm and RoPE): Olsson et al. (2022)'s smeared keys, a short
+    causal convolution as in Primer and H3. It lets one attention layer match
+    on a multi-token key, where a plain 2-layer model sits on the associative-
+    recall plateau (``lab.data.synthetic.recall``). 0 = off, the Qwen/Llama
+    architecture unchanged; no Hugging Face family holds ``S > 0``.
     """
 
     vocab_size: int = 256
@@ -40,6 +49,7 @@ class TransformerConfig:
     attention_impl: str = "xla"
     causal: bool = True
     init_std: float = 0.02
+    qk_smear: int = 0
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
@@ -47,6 +57,9 @@ class TransformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TransformerConfig.{name}={value!r}; expected a positive int")
+        if not isinstance(self.qk_smear, int) or self.qk_smear < 0:
+            raise ValueError(f"TransformerConfig.qk_smear={self.qk_smear!r}; expected an int >= 0 "
+                             "(previous tokens mixed into each query and key; 0 = off)")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"TransformerConfig.n_heads={self.n_heads} is not a multiple of "
                              f"n_kv_heads={self.n_kv_heads} (grouped-query attention)")
@@ -82,5 +95,6 @@ class TransformerConfig:
         if self.qkv_bias:
             attn += h * hd + 2 * kv * hd
         norms = 2 * d + (2 * hd if self.qk_norm else 0)
-        layer = attn + 3 * d * f + norms
+        smear = self.qk_smear * (h + kv) * hd
+        layer = attn + 3 * d * f + norms + smear
         return v * d * (1 if self.tie_embeddings else 2) + self.n_layers * layer + d

@@ -56,3 +56,51 @@ class SwiGLU(nnx.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         return self.down(jax.nn.silu(self.gate(x)) * self.up(x)).reshape(*shape[:-1], -1)
+
+
+def causal_smear(x: jax.Array, positions: jax.Array, weights: jax.Array,
+                 prev: jax.Array, prev_positions: jax.Array,
+                 src_positions: jax.Array | None = None) -> jax.Array:
+    """Depthwise causal smear over the previous tokens of the same sequence.
+
+    ``out[t] = x[t] + sum_i weights[i-1] * x[u]`` over lags ``i = 1..S``, where
+    ``u`` is the token at position ``positions[t] - i`` of the same row. The
+    previous tokens come from ``prev [B, S, H, D]`` (a decode cache's tail, at
+    ``prev_positions [B, S]``, -1 = none) followed by ``x [B, T, H, D]`` itself;
+    a lag whose token is missing (an example's start in a packed row, padding,
+    an empty tail slot) adds nothing, so packing and padding stay exact. The
+    row's tokens must be contiguous in ``[prev, x]`` (right padding).
+
+    Args:
+      weights: ``[S, H, D]``, one weight per lag, head and channel.
+      src_positions: ``[B, T]`` positions of ``x`` as a source (-1 = padding, never
+        mixed in); default ``positions``.
+    """
+    s, t = weights.shape[0], x.shape[1]
+    src = positions if src_positions is None else src_positions
+    xa = jnp.concatenate([prev.astype(x.dtype), x], axis=1)
+    pa = jnp.concatenate([prev_positions, src], axis=1)
+    out = x
+    for i in range(1, s + 1):
+        shifted, pos = xa[:, s - i:s - i + t], pa[:, s - i:s - i + t]
+        ok = (pos >= 0) & (pos == positions - i)
+        out = out + jnp.where(ok[..., None, None], weights[i - 1].astype(x.dtype) * shifted, 0)
+    return out
+
+
+def last_tokens(prev: jax.Array, prev_positions: jax.Array, x: jax.Array,
+                positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The ``S`` latest tokens of ``[prev, x]`` per row by position (the new tail):
+    ``([B, S, ...], positions [B, S])`` in increasing position, -1 (and zeros) where
+    the row has fewer than ``S`` valid tokens. ``positions`` -1 marks padding."""
+    s = prev.shape[1]
+    xa = jnp.concatenate([prev, x.astype(prev.dtype)], axis=1)
+    pa = jnp.concatenate([prev_positions, positions], axis=1)
+    _, idx = jax.lax.top_k(pa, s)                      # largest positions first
+    idx = idx[:, ::-1]
+    pos = jnp.take_along_axis(pa, idx, axis=1)
+    pos = jnp.where(pos >= 0, pos, -1)
+    take = idx.reshape(idx.shape + (1,) * (xa.ndim - 2))
+    out = jnp.take_along_axis(xa, take, axis=1)
+    out = jnp.where((pos >= 0).reshape(pos.shape + (1,) * (xa.ndim - 2)), out, 0)
+    return out, pos

@@ -13,6 +13,7 @@ checkpoints one to one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -24,9 +25,13 @@ from flax import nnx
 from kernels_pallas import attention as attention_kernels
 from lab.nn.cache import KVCache, write
 from lab.nn.config import TransformerConfig
-from lab.nn.layers import RMSNorm, SwiGLU, apply_rope
+from lab.nn.layers import RMSNorm, SwiGLU, apply_rope, causal_smear, last_tokens
 
 CAPTURES = ("hidden", "attn", "attn_colsum")
+# Initial q/k smear weight. Not 0: the query-key match through the smear is a
+# product of the two weights, whose gradient vanishes at 0 (a saddle the
+# associative-recall probes sat on); 0.3 left it at once.
+SMEAR_INIT = 0.3
 
 
 class Intermediates(NamedTuple):
@@ -76,21 +81,51 @@ class Attention(nnx.Module):
         if c.qk_norm:
             self.q_norm = RMSNorm(c.head_dim, eps=c.norm_eps, dtype=dt)
             self.k_norm = RMSNorm(c.head_dim, eps=c.norm_eps, dtype=dt)
+        if c.qk_smear:
+            self.q_smear = nnx.Param(jnp.full((c.qk_smear, c.n_heads, c.head_dim), SMEAR_INIT, dt))
+            self.k_smear = nnx.Param(jnp.full((c.qk_smear, c.n_kv_heads, c.head_dim),
+                                              SMEAR_INIT, dt))
         self.config = c
 
-    def project(self, x: jax.Array, positions: jax.Array):
-        """Returns ``q [B, H, T, hd]``, ``k, v [B, Hkv, T, hd]``; q and k rotated by position."""
+    def qkv(self, x: jax.Array):
+        """Raw projections ``q [B, T, H, hd]``, ``k, v [B, T, Hkv, hd]``."""
         c = self.config
         b, t, _ = x.shape
         x = x.reshape(b * t, -1)  # 2-D matmuls: see SwiGLU
-        q = self.q(x).reshape(b, t, c.n_heads, c.head_dim)
-        k = self.k(x).reshape(b, t, c.n_kv_heads, c.head_dim)
-        v = self.v(x).reshape(b, t, c.n_kv_heads, c.head_dim)
+        return (self.q(x).reshape(b, t, c.n_heads, c.head_dim),
+                self.k(x).reshape(b, t, c.n_kv_heads, c.head_dim),
+                self.v(x).reshape(b, t, c.n_kv_heads, c.head_dim))
+
+    def rotate(self, q, k, positions, *, src_positions=None, tail=None, tail_positions=None):
+        """Raw ``q [B, T, H, hd]``, ``k [B, T, Hkv, hd]`` -> smeared (``qk_smear``), normed
+        (``qk_norm``) and rotated ``q [B, H, T, hd]``, ``k [B, Hkv, T, hd]``.
+
+        ``tail [B, S, H + Hkv, hd]`` at ``tail_positions [B, S]`` holds the raw q/k of
+        the tokens before these (a decode cache's :attr:`KVCache.qk_tail`);
+        ``src_positions`` marks padding (-1) that is never smeared in.
+        """
+        c = self.config
+        if c.qk_smear:
+            if tail is None:
+                tail = jnp.zeros((q.shape[0], c.qk_smear, c.n_heads + c.n_kv_heads, c.head_dim),
+                                 q.dtype)
+                tail_positions = jnp.full((q.shape[0], c.qk_smear), -1, jnp.int32)
+            smear = functools.partial(causal_smear, positions=positions,
+                                      prev_positions=tail_positions, src_positions=src_positions)
+            q = smear(q, weights=self.q_smear[...], prev=tail[:, :, :c.n_heads])
+            k = smear(k, weights=self.k_smear[...], prev=tail[:, :, c.n_heads:])
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, positions, c.rope_theta)
         k = apply_rope(k, positions, c.rope_theta)
-        return (q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+        return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
+
+    def project(self, x: jax.Array, positions: jax.Array, src_positions=None):
+        """Returns ``q [B, H, T, hd]``, ``k, v [B, Hkv, T, hd]``; q and k smeared over the
+        previous tokens of ``x`` (``qk_smear``) and rotated by position."""
+        q, k, v = self.qkv(x)
+        q, k = self.rotate(q, k, positions, src_positions=src_positions)
+        return q, k, v.transpose(0, 2, 1, 3)
 
     def attend(self, q, k, v, mask, bias, *, probs: bool, colsum: bool):
         """Attention output ``[B, T, H*hd]`` projected by ``o``, and the requested statistics."""
@@ -201,9 +236,19 @@ class Transformer(nnx.Module):
 
         hidden, attns, colsums = [x], [], []
         want_p, want_cs = "attn" in capture, "attn_colsum" in capture
-        new_k, new_v, new_p = [], [], []
+        new_k, new_v, new_p, new_tail = [], [], [], []
+        tail_pos = None
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.attn.project(layer.attn_norm(x), positions)
+            if cache is not None and c.qk_smear:
+                qr, kr, v = layer.attn.qkv(layer.attn_norm(x))
+                q, k = layer.attn.rotate(qr, kr, positions, src_positions=key_pos,
+                                         tail=cache.qk_tail[i], tail_positions=cache.tail_positions)
+                v = v.transpose(0, 2, 1, 3)
+                tail, tail_pos = last_tokens(cache.qk_tail[i], cache.tail_positions,
+                                             jnp.concatenate([qr, kr], axis=2), key_pos)
+                new_tail.append(tail)
+            else:
+                q, k, v = layer.attn.project(layer.attn_norm(x), positions, src_positions=key_pos)
             if cache is not None:
                 kc, vc, pc = write(cache.keys[i], cache.values[i], cache.positions[i],
                                    cache.length, k, v, key_pos)
@@ -235,7 +280,8 @@ class Transformer(nnx.Module):
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \
                 else jnp.full((b,), t, jnp.int32)
             cache = KVCache(jnp.stack(new_k), jnp.stack(new_v), jnp.stack(new_p),
-                            cache.length + n_new)
+                            cache.length + n_new,
+                            jnp.stack(new_tail) if new_tail else None, tail_pos)
             return (logits, cache, inter) if capture else (logits, cache)
         return (logits, inter) if capture else logits
 

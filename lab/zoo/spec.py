@@ -23,6 +23,9 @@ ZOO_FORMAT = 2  # bump when the stored layout or the generators' output changes
 UNHASHED_TRAIN_KEYS = ("progress", "log_every", "eval_every", "checkpoint_every",
                        "keep_checkpoints")
 DATA_KEYS = ("tasks", "n_train", "n_eval", "seed")
+# TransformerConfig fields added after models were cached: hashed only when not at
+# their default, so the models trained before them keep their digests.
+LATER_MODEL_FIELDS = {"qk_smear": 0}
 
 
 def _canonical(value: Any) -> Any:
@@ -93,7 +96,11 @@ class ZooSpec:
 
     def hashed_fields(self) -> dict:
         train = {k: v for k, v in self.train.items() if k not in UNHASHED_TRAIN_KEYS}
-        return _canonical({"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
+        model = self.model.to_dict()
+        for k, default in LATER_MODEL_FIELDS.items():  # absent = default: old digests hold
+            if model[k] == default:
+                del model[k]
+        return _canonical({"format": ZOO_FORMAT, "model": model, "train": train,
                            "data": dict(self.data), "seq_len": self.seq_len,
                            "batch_size": self.batch_size, "pack": self.pack,
                            "prompt_weight": self.prompt_weight, "tokenizer": "bytes"})
