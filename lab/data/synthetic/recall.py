@@ -11,7 +11,11 @@ Measured on this task's token-id form (16 pairs, keys and values single tokens f
 64 ids each, 8 queries): a 2-layer d=128 Transformer (AdamW 3e-3, batch 32) stays at
 the plateau, value accuracy ~0.11, for 6,000 steps, and ``transformers``' Qwen3 with
 the same layers, widths and recipe (its own init, untied embeddings) is at 0.12 after
-1,000: plain attention learns this lookup slowly at this scale.
+1,000: plain attention learns this lookup slowly at this scale. With
+``TransformerConfig.qk_smear`` (queries and keys mixed over the previous tokens) the
+same model learns it: 1.00 at 1,000 steps with a ``=`` separator (qk_smear=2), and
+0.998 at 500 steps with 4-token keys and 3-digit values, the byte form of this
+generator's pairs (qk_smear=5).
 """
 
 from __future__ import annotations
