@@ -40,6 +40,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.zoo.n_kv_heads = 2
     c.zoo.d_ff = 256
     c.zoo.max_len = 512
+    c.zoo.qk_smear = 0                # previous tokens mixed into q and k (lab.nn; 0 = off)
     c.zoo.steps = 450
     c.zoo.learning_rate = 3e-3
     c.zoo.batch_size = 8

@@ -41,7 +41,8 @@ def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
     associative recall mixed in (copy grows induction heads; see :mod:`lab.zoo.spec` for what
     MQAR was measured to do)."""
-    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len)
+    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
+                    z.qk_smear)
     train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
                          seed=z.seed, log_every=50, checkpoint_every=0)
     tasks = {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs), "pairs_per_doc": 1},

@@ -77,7 +77,8 @@ def task_kwargs(config) -> dict:
 def zoo_spec(config) -> ZooSpec:
     """The zoo LM of ``config.zoo``, trained on ``config.tasks`` (equal weights)."""
     z = config.zoo
-    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len)
+    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
+                    z.qk_smear)
     train = train_recipe(z.steps, z.learning_rate, warmup_steps=min(50, max(z.steps // 10, 1)),
                          seed=config.seed, checkpoint_every=100)
     data = {"tasks": task_kwargs(config), "n_train": z.n_train, "n_eval": z.n_eval,

@@ -134,11 +134,13 @@ class ZooSpec:
 
 
 def byte_lm(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int,
-            max_len: int) -> TransformerConfig:
-    """A Transformer over the byte tokenizer's vocabulary (head_dim = d_model / n_heads)."""
+            max_len: int, qk_smear: int = 0) -> TransformerConfig:
+    """A Transformer over the byte tokenizer's vocabulary (head_dim = d_model / n_heads;
+    ``qk_smear``: see :class:`lab.nn.TransformerConfig`)."""
     return TransformerConfig(vocab_size=ByteTokenizer.vocab_size, d_model=d_model,
                              n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-                             head_dim=d_model // n_heads, d_ff=d_ff, max_len=max_len)
+                             head_dim=d_model // n_heads, d_ff=d_ff, max_len=max_len,
+                             qk_smear=qk_smear)
 
 
 def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
