@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from lab.infer import sampling
 from lab.nn import KVCache, Transformer
+from lab.nn.cache import check_cache
 from lab.nn.layers import last_tokens
 
 
@@ -131,6 +132,7 @@ def step(model: Transformer, cache: KVCache, tokens: jax.Array, positions: jax.A
       ``(logits [B, V] float32, cache, hidden [L+1, B, D] or None)``; the new
       key/value is stored at slot ``cache.length`` of each row.
     """
+    check_cache(cache, model.config)
     logits, new, h = _layers_step(model, fused_weights(model), LayerCache.from_cache(cache),
                                   tokens, positions, active, hidden)
     return logits, new.to_cache(), h

@@ -87,3 +87,12 @@ def write(layer_keys, layer_values, layer_positions, start, new_k, new_v, new_po
         return kc, vc, pc
 
     return jax.vmap(one)(layer_keys, layer_values, layer_positions, start, new_k, new_v, new_pos)
+
+
+def check_cache(cache: KVCache, config) -> None:
+    """Raises ValueError when ``cache`` cannot serve a model of ``config`` (a ``qk_smear``
+    model needs the q/k tail that :meth:`KVCache.init` allocates)."""
+    if config.qk_smear and (cache.qk_tail is None or cache.qk_tail.shape[2] != config.qk_smear):
+        got = None if cache.qk_tail is None else cache.qk_tail.shape[2]
+        raise ValueError(f"the model has qk_smear={config.qk_smear} but the KVCache's qk_tail "
+                         f"holds {got} tokens; build the cache with KVCache.init(config, ...)")

@@ -121,7 +121,12 @@ def test_generation_with_and_without_eviction(model):
     assert evicted.tokens.shape == (2, 5)
 
 
-def test_bad_config_and_export_are_refused():
+def test_bad_config_cache_and_export_are_refused(model):
+    plain_cache = KVCache.init(CFG.replace(qk_smear=0), 1, 8)
+    with pytest.raises(ValueError, match="qk_smear=2 but the KVCache's qk_tail holds None"):
+        model(jnp.zeros((1, 3), jnp.int32), cache=plain_cache)
+    with pytest.raises(ValueError, match="KVCache.init"):
+        decode.step(model, plain_cache, jnp.zeros((1,), jnp.int32), jnp.zeros((1,), jnp.int32))
     with pytest.raises(ValueError, match="qk_smear=-1"):
         TransformerConfig(qk_smear=-1)
     with pytest.raises(ValueError, match="qk_smear=2 has no Hugging Face"):
