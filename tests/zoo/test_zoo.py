@@ -66,6 +66,10 @@ def test_digest_follows_what_changes_the_weights():
     renamed = TINY.replace(name="other", description="x")
     assert renamed.digest() == d and renamed.key != TINY.key
     assert zoo.ZooSpec.from_dict(TINY.to_dict()) == TINY
+    # A model field added later hashes only when set: models cached before it keep their keys.
+    assert "qk_smear" not in TINY.hashed_fields()["model"]
+    assert TINY.replace(model=TINY.model.replace(qk_smear=2)).digest() != d
+    assert zoo.get_spec("lm-xs").key == "lm-xs-0862557ae241"  # the trained, cached entry
 
 
 def test_corrupt_entry_is_reported_or_retrained(cache):
