@@ -22,8 +22,9 @@ and 0.998 without). In this text form, with the loss on the values only,
 letter-only keys, no ``Recall`` line and 12-16 pairs, value accuracy reached 0.99 after
 1,000 steps of a 2,000-step cosine schedule, and with this generator's alphanumeric
 keys instead (the only change) 0.115 (0.23 at 1,500). As the zoo trains it (packed,
-prompt weight 0.1, Recall line, restated keys in the loss) it stays at chance through
-1,500 steps; which of those other differences matter is not yet measured.
+prompt weight 0.1, Recall line, restated keys in the loss) it learns only the format
+through 1,500 steps (completion token accuracy 0.33, exact match 0); which of those
+other differences matter is not yet measured.
 """
 
 from __future__ import annotations
