@@ -242,16 +242,15 @@ class Transformer(nnx.Module):
         new_k, new_v, new_p, new_tail = [], [], [], []
         tail_pos = None
         for i, layer in enumerate(self.layers):
-            if cache is not None and c.qk_smear:
-                qr, kr, v = layer.attn.qkv(layer.attn_norm(x))
-                q, k = layer.attn.rotate(qr, kr, positions, src_positions=key_pos,
-                                         tail=cache.qk_tail[i], tail_positions=cache.tail_positions)
-                v = v.transpose(0, 2, 1, 3)
-                tail, tail_pos = last_tokens(cache.qk_tail[i], cache.tail_positions,
+            qr, kr, v = layer.attn.qkv(layer.attn_norm(x))
+            tail = cache.qk_tail[i] if cache is not None and c.qk_smear else None
+            q, k = layer.attn.rotate(qr, kr, positions, src_positions=key_pos, tail=tail,
+                                     tail_positions=None if tail is None else cache.tail_positions)
+            v = v.transpose(0, 2, 1, 3)
+            if tail is not None:
+                tail, tail_pos = last_tokens(tail, cache.tail_positions,
                                              jnp.concatenate([qr, kr], axis=2), key_pos)
                 new_tail.append(tail)
-            else:
-                q, k, v = layer.attn.project(layer.attn_norm(x), positions, src_positions=key_pos)
             if cache is not None:
                 kc, vc, pc = write(cache.keys[i], cache.values[i], cache.positions[i],
                                    cache.length, k, v, key_pos)
