@@ -8,6 +8,7 @@ re-order them and re-render the prompt with :func:`render_kv_prompt`.
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Sequence
 
 import datasets
@@ -23,7 +24,10 @@ from lab.data.synthetic.base import (
     unique_numbers,
 )
 
-KEY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+# Keys are lowercase letters only, disjoint from the values' digits: with shared symbols a
+# small model learns the key -> value lookup several times slower (measured in
+# :mod:`lab.data.synthetic.recall`).
+KEY_ALPHABET = string.ascii_lowercase
 
 
 def render_kv_prompt(documents: Sequence[str], question: str) -> str:
@@ -39,11 +43,11 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
                  cot: bool = True) -> datasets.Dataset:
     """``n_docs`` documents of ``pairs_per_doc`` ``key=value`` pairs; ask one key's value.
 
-    A document reads ``"k7f2=481, q0zd=925."``; keys are distinct random
-    4-character strings and values distinct ``value_digits``-digit numbers, so
+    A document reads ``"kwfb=481, qczd=925."``; keys are distinct random
+    4-letter strings and values distinct ``value_digits``-digit numbers, so
     the answer occurs in exactly one document (the gold one) and nowhere else.
-    The question is ``"k7f2=?"``; the completion restates the pair before the
-    answer line, ``"k7f2=481\\nA: 481"``, or is ``"A: 481"`` without ``cot``. The gold document's
+    The question is ``"kwfb=?"``; the completion restates the pair before the
+    answer line, ``"kwfb=481\\nA: 481"``, or is ``"A: 481"`` without ``cot``. The gold document's
     position is uniform over the ``n_docs`` slots, or ``gold_position``
     (0-based) when given, to measure a model's position bias. ``n_docs`` may
     be an int or an inclusive ``(lo, hi)`` range.

@@ -15,16 +15,13 @@ the same layers, widths and recipe (its own init, untied embeddings) is at 0.12 
 ``TransformerConfig.qk_smear`` (queries and keys mixed over the previous tokens) the
 same model learns it: 1.00 at 1,000 steps with a ``=`` separator (qk_smear=2), and
 0.998 at 500 steps with 4-token keys and 3-digit values, the byte form of this
-generator's pairs (qk_smear=5). Keys drawn from letters and digits, as here, share
+generator's pairs (qk_smear=5). Keys drawn from letters and digits share
 symbols with the values, and that slows the lookup (same model, qk_smear=5, batch 8;
 token-id form with that overlap: 0.105 at 500 steps, 0.196 at 1,000, against 0.988
-and 0.998 without). In this text form, with the loss on the values only,
-letter-only keys, no ``Recall`` line and 12-16 pairs, value accuracy reached 0.99 after
-1,000 steps of a 2,000-step cosine schedule, and with this generator's alphanumeric
-keys instead (the only change) 0.115 (0.23 at 1,500). As the zoo trains it (packed,
-prompt weight 0.1, Recall line, restated keys in the loss) it learns only the format
-through 1,500 steps (completion token accuracy 0.33, exact match 0); which of those
-other differences matter is not yet measured.
+and 0.998 without). In this text form, with the loss on the values only, no ``Recall``
+line and 12-16 pairs, value accuracy reached 0.99 after 1,000 steps of a 2,000-step
+cosine schedule with letter-only keys, and 0.115 (0.23 at 1,500) with alphanumeric
+keys, the only change; so keys are letters only (``KEY_ALPHABET``).
 """
 
 from __future__ import annotations
@@ -46,10 +43,10 @@ from lab.data.synthetic.kv_retrieval import KEY_ALPHABET
 
 def associative_recall(n: int, seed: int = 0, n_pairs=(8, 32), n_queries=(2, 6),
                        key_len: int = 4, value_digits: int = 3) -> datasets.Dataset:
-    """``"k7f2=481, q0zd=925, ...\\nRecall q0zd k7f2\\n"`` -> ``"q0zd=925;k7f2=481\\nA: 925 481"``.
+    """``"kwfb=481, qczd=925, ...\\nRecall qczd kwfb\\n"`` -> ``"qczd=925;kwfb=481\\nA: 925 481"``.
 
-    Keys are distinct ``key_len``-character strings over lowercase letters and
-    digits, values distinct ``value_digits``-digit numbers; the queried keys
+    Keys are distinct ``key_len``-letter strings (lowercase, disjoint from the
+    values' digits), values distinct ``value_digits``-digit numbers; the queried keys
     are distinct and in random order. Columns: the common ones (``difficulty``
     = the number of pairs to search) plus ``n_pairs``, ``keys`` (queried, in
     order) and ``values`` (their answers).
