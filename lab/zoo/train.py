@@ -44,6 +44,16 @@ def build_data(spec: ZooSpec) -> tuple[datasets.Dataset, datasets.Dataset, datas
     return train, _per_task(train, d["n_eval"]), held_out
 
 
+def _held_out_curve(held_out: datasets.Dataset, tok, seq_len: int):
+    """``eval_fn`` for the Trainer: held-out exact match per task (``<task>/exact_match``),
+    logged to ``metrics.jsonl`` every ``eval_every`` steps (0 = never)."""
+    def eval_fn(model, step):
+        del step
+        return {f"{task}/exact_match": r["exact_match"]
+                for task, r in evaluate(model, held_out, tok, seq_len).items()}
+    return eval_fn
+
+
 def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tuple[nnx.Module,
                                                                                      dict]:
     """Trains the spec's model with :class:`lab.train.Trainer`; returns ``(model, metrics)``.
@@ -65,14 +75,16 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
     logging.info("zoo: training %s (%d params, %d steps)", spec.key, spec.model.num_params(),
                  config.steps)
     trainer = Trainer(model, sft_loss, config, workdir=workdir)
-    model = trainer.fit(batch_fn)
+    model = trainer.fit(batch_fn, eval_fn=_held_out_curve(held_out, tok, spec.seq_len))
     t2, c2 = time.time(), time.process_time()
     results = {"train": evaluate(model, train_eval, tok, spec.seq_len),
                "held_out": evaluate(model, held_out, tok, spec.seq_len)}
     t3, c3 = time.time(), time.process_time()
     losses = [(r["step"], r["loss"]) for r in trainer.history if "loss" in r]
+    curve = [r for r in trainer.history if any(k.startswith("eval/") for k in r)]
     metrics = {
         **results,
+        "held_out_curve": curve,
         "params": spec.model.num_params(),
         "steps": config.steps,
         "examples": len(train),
