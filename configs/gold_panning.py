@@ -34,7 +34,7 @@ def _zoo(name: str, seed: int, steps: int, d_model: int, n_train: int,
     z.n_kv_heads = 2
     z.d_ff = 3 * d_model
     z.max_len = 512
-    z.qk_smear = 0             # previous tokens mixed into q and k (lab.nn; 0 = off)
+    z.qk_smear = 5             # previous tokens mixed into q and k (lab.nn; 0 = off)
     z.steps = steps
     z.learning_rate = 3e-3
     z.batch_size = 16

@@ -40,19 +40,19 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.zoo.n_kv_heads = 2
     c.zoo.d_ff = 256
     c.zoo.max_len = 512
-    c.zoo.qk_smear = 0                # previous tokens mixed into q and k (lab.nn; 0 = off)
+    c.zoo.qk_smear = 5                # previous tokens mixed into q and k (lab.nn; 0 = off)
     c.zoo.steps = 450
     c.zoo.learning_rate = 3e-3
     c.zoo.batch_size = 8
     c.zoo.seq_len = 320
     c.zoo.n_train = 6000
     c.zoo.n_eval = 32
-    c.zoo.prompt_weight = 0.1         # loss weight of prompt tokens (lab.zoo)
+    c.zoo.prompt_weight = 0.0         # loss weight of prompt tokens (lab.zoo)
 
     # Tasks (lab.data.synthetic generators), the same for training and evaluation.
     c.tasks = ml_collections.ConfigDict()
     c.tasks.names = ["variable_tracking", "needle", "arithmetic"]
-    c.tasks.context = [512, 1024]      # characters = tokens (byte tokenizer)
+    c.tasks.context = [512, 960]       # characters = tokens (byte tokenizer); lm-xs trains to 960
     c.tasks.hops = [1, 3]
     c.tasks.n_chains = 3
     c.tasks.n_needles = 3

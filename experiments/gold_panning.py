@@ -34,7 +34,7 @@ from lab.outputs import claim, markdown_table, save_figure, to_jsonable, write_o
 from lab.zoo import byte_lm, train_recipe
 
 CALIB_SEED, EVAL_SEED = 101, 202
-MAX_NEW_TOKENS = 24  # "k7f2=481\nA: 481" + EOS, with room for a wrong key
+MAX_NEW_TOKENS = 24  # "kwfb=481\nA: 481" + EOS, with room for a wrong key
 
 
 def zoo_spec(z) -> zoo.ZooSpec:
@@ -50,7 +50,7 @@ def zoo_spec(z) -> zoo.ZooSpec:
              "associative_recall": {"weight": 1, "n_pairs": [4, 12], "n_queries": [1, 3]}}
     data = {"tasks": tasks, "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed}
     return zoo.ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
-                       batch_size=z.batch_size, pack=True, prompt_weight=0.1,
+                       batch_size=z.batch_size, pack=True,
                        description="GOLD PANNING: multi-document key-value QA")
 
 
