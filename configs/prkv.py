@@ -62,7 +62,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
 
     # Evaluation: greedy decoding after a compressed prefill, exact match of the answer.
     c.eval = ml_collections.ConfigDict()
-    c.eval.n_per_task = 32
+    c.eval.n_per_task = 64
     c.eval.batch_size = 16
     c.eval.max_new_tokens = 40
     c.eval.policies = list(POLICIES)

@@ -238,6 +238,7 @@ def run(config, workdir: str) -> dict:
     match_sim = {ns: queries_to_match(sim[ns], m_ref, tol) for ns in c.sim.ns}
     top = max(c.budgets)
     acc = {k: real[k][-1]["accuracy"] for k in ("gold_panning", "gold_panning_mismatch")}
+    acc["mismatch_profile_signal"] = float(gp.diagnosticity(prof_mm).max())
     def above_chance(value, n_docs, trials):  # two binomial standard errors above 1/N
         p = 1.0 / n_docs
         return value > p + 2 * np.sqrt(p * (1 - p) / trials)
@@ -258,9 +259,11 @@ def run(config, workdir: str) -> dict:
               "fit", fit, fit["b"] > 0 and fit["r2"] >= c.claims.log_r2),
         claim(f"calibration mismatch: accuracy with the other LM's profile within "
               f"{c.claims.mismatch_gap} of the matched profile (real LM, budget {top}; the "
-              f"matched accuracy must beat chance 1/N by 2 standard errors)",
+              f"matched accuracy must beat chance 1/N by 2 standard errors, and the other "
+              f"profile carry signal, max TPR - FPR >= {c.sim.min_signal})",
               "accuracy matched / mismatched", acc,
               above_chance(acc["gold_panning"], n, c.n_eval)
+              and acc["mismatch_profile_signal"] >= c.sim.min_signal
               and acc["gold_panning_mismatch"] >= acc["gold_panning"] - c.claims.mismatch_gap),
     ]
     results = {
