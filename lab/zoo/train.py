@@ -60,7 +60,8 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
 
     ``metrics``: per-task ``train`` and ``held_out`` accuracies (see
     :func:`lab.zoo.evaluate.evaluate`), wall and CPU seconds of data
-    generation, training and evaluation, the loss curve, the parameter count.
+    generation, training and evaluation, the loss curve, the held-out exact match
+    per task every ``eval_every`` steps (``held_out_curve``), the parameter count.
     A ``workdir`` holds the trainer's checkpoints, so a killed run resumes.
     """
     tok = ByteTokenizer()
