@@ -45,13 +45,15 @@ def build_data(spec: ZooSpec) -> tuple[datasets.Dataset, datasets.Dataset, datas
 
 
 def _held_out_curve(held_out: datasets.Dataset, tok, seq_len: int):
-    """``eval_fn`` for the Trainer: held-out exact match per task (``<task>/exact_match``),
-    logged to ``metrics.jsonl`` every ``eval_every`` steps (0 = never)."""
+    """``(eval_fn, by_step)``: ``eval_fn`` for the Trainer logs held-out exact match per task
+    (``<task>/exact_match``) to ``metrics.jsonl`` every ``eval_every`` steps (0 = never) and
+    keeps each full :func:`evaluate` result in ``by_step`` (the last one is the final model's)."""
+    by_step: dict[int, dict] = {}
+
     def eval_fn(model, step):
-        del step
-        return {f"{task}/exact_match": r["exact_match"]
-                for task, r in evaluate(model, held_out, tok, seq_len).items()}
-    return eval_fn
+        by_step[step] = evaluate(model, held_out, tok, seq_len)
+        return {f"{task}/exact_match": r["exact_match"] for task, r in by_step[step].items()}
+    return eval_fn, by_step
 
 
 def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tuple[nnx.Module,
@@ -76,10 +78,12 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
     logging.info("zoo: training %s (%d params, %d steps)", spec.key, spec.model.num_params(),
                  config.steps)
     trainer = Trainer(model, sft_loss, config, workdir=workdir)
-    model = trainer.fit(batch_fn, eval_fn=_held_out_curve(held_out, tok, spec.seq_len))
+    eval_fn, evaluated = _held_out_curve(held_out, tok, spec.seq_len)
+    model = trainer.fit(batch_fn, eval_fn=eval_fn)
     t2, c2 = time.time(), time.process_time()
-    results = {"train": evaluate(model, train_eval, tok, spec.seq_len),
-               "held_out": evaluate(model, held_out, tok, spec.seq_len)}
+    # the Trainer evaluates at its last step; a resumed, already finished run does not
+    final = evaluated.get(config.steps) or evaluate(model, held_out, tok, spec.seq_len)
+    results = {"train": evaluate(model, train_eval, tok, spec.seq_len), "held_out": final}
     t3, c3 = time.time(), time.process_time()
     losses = [(r["step"], r["loss"]) for r in trainer.history if "loss" in r]
     curve = [r for r in trainer.history if any(k.startswith("eval/") for k in r)]
