@@ -46,6 +46,17 @@ def _group_mean(scores: jax.Array, n_kv_heads: int) -> jax.Array:
     return scores.reshape(n_layers, b, n_kv_heads, h // n_kv_heads, c).mean(3)
 
 
+def avg_pool(x: jax.Array, kernel_size: int) -> jax.Array:
+    """1-D average pooling over the last axis, stride 1, same length: torch's
+    ``F.avg_pool1d(x, kernel_size, padding=kernel_size // 2, stride=1)`` (zero
+    padding counted in the mean), as kvpress pools SnapKV's scores."""
+    if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size={kernel_size!r}; expected a positive odd int")
+    r, c = kernel_size // 2, x.shape[-1]
+    padded = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(r, r)])
+    return sum(padded[..., i:i + c] for i in range(kernel_size)) / kernel_size
+
+
 def protect(scores: jax.Array, cache: KVCache, lengths: jax.Array, *, n_sink: int = 0,
             n_recent=0) -> jax.Array:
     """Scores with the first ``n_sink`` positions and each row's last ``n_recent``
@@ -95,8 +106,6 @@ def snapkv_scores(cache: KVCache, stats: Stats, *, kernel_size: int = 5) -> jax.
     padding counted in the mean), then the mean over the GQA group, then the
     window padded back in with the largest score.
     """
-    if kernel_size < 1 or kernel_size % 2 == 0:
-        raise ValueError(f"kernel_size={kernel_size!r}; expected a positive odd int")
     p = window_attention(cache, stats)                            # [L, B, H, W, C]
     present = (stats.query_positions >= 0).sum(-1)                # [B]
     w = p.shape[3]
@@ -105,11 +114,7 @@ def snapkv_scores(cache: KVCache, stats: Stats, *, kernel_size: int = 5) -> jax.
     pos = cache.positions[:, :, :1, :]                            # [L, B, 1, C]
     in_prefix = (pos >= 0) & (pos < prefix_end[None, :, None, None])
     mean = jnp.where(in_prefix, mean, 0.0)
-    r = kernel_size // 2
-    padded = jnp.pad(mean, [(0, 0)] * 3 + [(r, r)])
-    c = mean.shape[-1]
-    pooled = sum(padded[..., i:i + c] for i in range(kernel_size)) / kernel_size
-    scores = _group_mean(pooled, cache.keys.shape[2])
+    scores = _group_mean(avg_pool(mean, kernel_size), cache.keys.shape[2])
     return protect(scores, cache, stats.lengths, n_recent=jnp.minimum(present, w))
 
 

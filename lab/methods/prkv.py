@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels_pallas.pagerank import personalized_pagerank
-from lab.infer.kvpress import protect
+from lab.infer.kvpress import avg_pool, protect
 from lab.infer.policies import Policy, Stats, compact, register
 from lab.nn.cache import KVCache
 
@@ -124,7 +124,7 @@ def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float 
 
 
 def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
-         graph: str = "group", n_sink: int = 0, n_recent: int = 0,
+         graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
          impl: str | None = None) -> KVCache:
     """The PRKV cache policy: keeps the top-``budget`` PageRank scores per KV head.
 
@@ -132,8 +132,10 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     prefill captured (``Stats.query_positions``, each row's last ``window``
     prompt tokens; ``window=`` to prefill/generate sets it, default 64 as
     SnapKV's). ``n_sink`` first and ``n_recent`` last positions are always
-    kept. Needs ``Stats.attn``. Runs on the uncompressed prefill cache
-    (slot = position), as every policy does.
+    kept. ``kernel_size > 1`` average-pools the scores over neighbouring
+    positions before the top-k, as SnapKV pools its scores
+    (:func:`lab.infer.kvpress.avg_pool`; 1 = off). Needs ``Stats.attn``. Runs on the
+    uncompressed prefill cache (slot = position), as every policy does.
     """
     if stats.attn is None or stats.query_positions is None:
         raise ValueError("prkv needs stats.attn and stats.query_positions; register it with "
@@ -150,6 +152,8 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     v = on / jnp.maximum(jnp.sum(on, axis=-1, keepdims=True), 1)
     scores = prkv_scores(stats.attn, v, cache.keys.shape[2], alpha=alpha, iters=iters,
                          graph=graph, impl=impl)
+    if kernel_size != 1:
+        scores = avg_pool(scores, kernel_size)
     scores = protect(scores, cache, stats.lengths, n_sink=n_sink, n_recent=n_recent)
     return compact(cache, scores, budget)
 

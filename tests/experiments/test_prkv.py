@@ -36,6 +36,17 @@ def check_outputs(out, workdir, config):
     assert set(mem["prkv"]) == {str(float(r)) for r in config.eval.ratios}
     assert all(isinstance(c["holds"], bool) for c in out["claims"]) and len(out["claims"]) >= 3
     assert "### variable_tracking" in (workdir / "report.md").read_text()
+    # The ablation: every (alpha, kernel) pair at the non-zero ratios; the main configuration's
+    # row is the main table's.
+    ab = saved["ablation"]
+    a = config.ablation
+    assert ab["task"] == a.task and ab["full"] == saved["accuracy"][a.task]["full"]["0.0"]
+    assert set(ab["variants"]) == {exp.ablation_name(al, k) for al in a.alphas
+                                   for k in a.kernel_sizes}
+    assert ab["variants"][ab["main"]] == {k: v for k, v in
+                                          saved["accuracy"][a.task]["prkv"].items() if k != "0.0"}
+    assert any("multi-hop PageRank" in c["claim"] for c in out["claims"])
+    assert "PRKV ablation" in (workdir / "report.md").read_text()
 
 
 def test_zoo_path_end_to_end(tmp_path):

@@ -152,3 +152,14 @@ def test_bad_ratio_and_unknown_policy_name_the_problem(model):
     for name in POLICIES:
         assert name in str(e.value)
     assert set(POLICIES) <= set(policies.names())
+
+
+def test_avg_pool_is_torch_avg_pool1d():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).random((2, 3, 17)).astype(np.float32)
+    for k in (1, 3, 5):
+        ref = torch.nn.functional.avg_pool1d(torch.from_numpy(x), k, stride=1, padding=k // 2)
+        np.testing.assert_allclose(np.asarray(kvpress.avg_pool(jnp.asarray(x), k)), ref.numpy(),
+                                   atol=1e-6)
+    with pytest.raises(ValueError, match="kernel_size=2"):
+        kvpress.avg_pool(jnp.asarray(x), 2)

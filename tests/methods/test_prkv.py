@@ -95,6 +95,23 @@ def test_graph_per_head_or_per_group_and_protection():
     assert out == [[1, 2, 8, 9]]
 
 
+def test_pooling_keeps_a_hits_neighbours():
+    # 19 (the question) -> 10 only. Without pooling the budget goes to 10 and the other
+    # tokens by their tiny self-loop mass; kernel 3 spreads 10's score over 9 and 11, the
+    # rest of the fact (a smeared key covers a few tokens), and keeps them before the others.
+    t = 20
+    attn = chain_attention(t, [(19, 10)], n_heads=1)
+    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
+                  query_positions=jnp.array([[19]], jnp.int32))
+    pooled = jax.jit(functools.partial(prkv.prkv, iters=100, kernel_size=3, n_recent=1))
+    assert kept(pooled(prefill_cache(t), stats, jnp.array([4]))) == [[9, 10, 11, 19]]
+    plain = jax.jit(functools.partial(prkv.prkv, iters=100, n_recent=1))
+    out = kept(plain(prefill_cache(t), stats, jnp.array([4])))[0]
+    assert 10 in out and 19 in out and not {9, 11} <= set(out)
+    with pytest.raises(ValueError, match="kernel_size=4"):
+        prkv.prkv(prefill_cache(t), stats, jnp.array([4]), kernel_size=4)
+
+
 def test_padding_rows_jump_to_the_restart_vector():
     attn = chain_attention(6, [(3, 1)], n_heads=1)
     attn = attn.at[0, 0, 0, 4:].set(0.0)                    # rows 4, 5: padding queries
