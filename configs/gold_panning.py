@@ -7,8 +7,9 @@ Run:
 Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
 ``default`` (the named zoo LM ``lm-xs``, trained once on Lab's synthetic
 mixture, multi-document QA included; the calibration-mismatch profile comes from
-a half-width LM with another seed and data mix: multi-document QA with copy and
-recall; both cached under ``LAB_CACHE``), ``paper`` (``lm-s``, more prompts).
+``lm-xs-early``, lm-xs fine-tuned to favour early documents; both cached under
+``LAB_CACHE``),
+``paper`` (``lm-s``, profile from ``lm-xs``, more prompts).
 
 The real LM answers prompts of ``real_n`` documents. The sweep over N in
 ``sim.ns`` runs on a simulated model whose diagnosticity profile is the one
@@ -55,15 +56,15 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # The LM whose position bias GOLD PANNING exploits ("" = the one c.zoo describes), and
     # the one whose profile is used in the calibration-mismatch run.
     c.model = "" if test else ("lm-s" if paper else "lm-xs")
-    c.model_mismatch = ""
+    # The mismatch LM: lm-xs fine-tuned to favour early documents (another position bias).
+    # LMs trained from scratch on multi-document QA (+ copy, recall; d=64 for 1,500 steps,
+    # d=128 for 2,000 and 3,000), and lm-xs's own recipe with seed 1, learned to copy but never
+    # followed a document (TPR 0 at every position): no profile to transfer.
+    c.model_mismatch = "" if test else ("lm-xs" if paper else "lm-xs-early")
     c.zoo = _zoo("gp-test", 0, 4, 32, 200, [2, 4], 224)
     c.zoo.n_layers = 1
-    # The mismatch LM: half lm-xs's width, another seed, multi-document QA (+ copy, recall).
-    # Measured: it learns copy but never follows a document (TPR 0 at every position), and so
-    # did one of lm-xs's size trained 2,000 and 3,000 steps on this mix; lm-xs, trained on the
-    # wider mixture, does. So the calibration-mismatch row has no signal yet (see the report).
-    c.zoo_mismatch = (c.zoo.copy_and_resolve_references() if test else
-                      _zoo("gp-mismatch-lm", 1, 1500, 64, 24000, [4, 16], 320))
+    c.zoo_mismatch = c.zoo.copy_and_resolve_references()   # used when model_mismatch is ""
+    c.zoo_mismatch.seed = 1
 
     # Real-LM evaluation.
     c.real_n = 4 if test else 16          # documents per prompt

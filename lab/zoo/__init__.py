@@ -88,8 +88,10 @@ def load_spec(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = Tr
                 raise
             moved = quarantine(entry_path(spec))
             logging.warning("zoo: %s; moved it to %s and retraining", e, moved)
+        base = spec.base()
+        init = load_spec(base, on_corrupt=on_corrupt, progress=progress)[0] if base else None
         workdir = os.path.join(zoo_dir(), f".work-{key}")
-        model, metrics = train_model(spec, workdir, progress=progress)
+        model, metrics = train_model(spec, workdir, progress=progress, init=init)
         TRAININGS[key] += 1
         write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
                                  "format": ZOO_FORMAT}, metrics)

@@ -49,6 +49,10 @@ class ZooSpec:
     batch_size: rows per step.
     pack:       pack several examples per row (:func:`lab.data.batching.packed_sft_batches`).
     prompt_weight: loss weight of prompt tokens (completion tokens weigh 1).
+    init:       a named zoo model (:data:`NAMED`) whose trained weights start this
+                one's training (fine-tuning; the same ``model`` config); "" = random
+                initialisation. Hashed as the base's cache key, so a changed base
+                retrains its fine-tunes.
     description: free text for ``zoo.list()``; not hashed.
     """
 
@@ -60,6 +64,7 @@ class ZooSpec:
     batch_size: int = 16
     pack: bool = True
     prompt_weight: float = 0.0
+    init: str = ""
     description: str = ""
 
     def __post_init__(self):
@@ -91,12 +96,29 @@ class ZooSpec:
         if "steps" not in self.train:
             raise ValueError("ZooSpec.train has no 'steps'")
 
+    def base(self) -> ZooSpec | None:
+        """The spec of :attr:`init` (None without one); raises ValueError for an unknown
+        name or a different model config."""
+        if not self.init:
+            return None
+        if self.init not in NAMED:
+            raise ValueError(f"ZooSpec.init={self.init!r} is unknown; expected one of "
+                             f"{sorted(NAMED)}")
+        base = NAMED[self.init]
+        if base.model != self.model:
+            raise ValueError(f"ZooSpec.init={self.init!r} has another model config; a "
+                             "fine-tune keeps its base's architecture")
+        return base
+
     def hashed_fields(self) -> dict:
         train = {k: v for k, v in self.train.items() if k not in UNHASHED_TRAIN_KEYS}
-        return _canonical({"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
-                           "data": dict(self.data), "seq_len": self.seq_len,
-                           "batch_size": self.batch_size, "pack": self.pack,
-                           "prompt_weight": self.prompt_weight, "tokenizer": "bytes"})
+        fields = {"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
+                  "data": dict(self.data), "seq_len": self.seq_len,
+                  "batch_size": self.batch_size, "pack": self.pack,
+                  "prompt_weight": self.prompt_weight, "tokenizer": "bytes"}
+        if self.init:  # only when set: specs without a base keep their digests
+            fields["init"] = self.base().key
+        return _canonical(fields)
 
     def digest(self) -> str:
         """First 12 hex digits of the SHA-256 of :meth:`hashed_fields` as sorted JSON."""
@@ -112,7 +134,8 @@ class ZooSpec:
         return {"name": self.name, "model": self.model.to_dict(),
                 "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
                 "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
-                "prompt_weight": self.prompt_weight, "description": self.description}
+                "prompt_weight": self.prompt_weight, "init": self.init,
+                "description": self.description}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> ZooSpec:
@@ -182,6 +205,22 @@ NAMED: dict[str, ZooSpec] = {
                      "exact match copy 0.78, kv QA 0.66, variable tracking 0.30, needle 0.19, "
                      "associative recall 0.02, arithmetic 0 (answer-line accuracy given the "
                      "chain: needle 0.98, variable tracking 1.00, kv QA 0.84)")),
+    # lm-xs fine-tuned to favour early documents: multi-document QA whose gold document is
+    # drawn with probability falling linearly over the slots (and copy, against forgetting).
+    # A model with another position bias: GOLD PANNING's calibration-mismatch run measures the
+    # profile on it and deploys on lm-xs. (lm-xs's recipe with seed 1 instead learned no
+    # lookup in 3,000 steps: held-out kv QA exact match 0, copy 0.02.)
+    "lm-xs-early": ZooSpec(
+        name="lm-xs-early", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
+        train=train_recipe(300, 1e-3, seed=1, eval_every=100),
+        data={"tasks": {"kv_retrieval": {"weight": 3, "n_docs": (4, 24), "pairs_per_doc": 1,
+                                         "gold_bias": "early"},
+                        "copy": {"weight": 1, "length": (8, 32)}},
+              "n_train": 6000, "n_eval": 64, "seed": 1},
+        seq_len=512, batch_size=8, init="lm-xs",
+        description="lm-xs fine-tuned 300 steps on multi-document QA with early gold documents; "
+                    "measured: 153 s of training, held-out exact match kv QA 0.89, copy 0.88 "
+                    "(its held-out QA is early-biased too)"),
     "lm-s": ZooSpec(
         name="lm-s", model=byte_lm(192, 3, 6, 2, 576, 2048, qk_smear=5),
         train=train_recipe(4000, 2e-3),

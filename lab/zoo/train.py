@@ -56,8 +56,8 @@ def _held_out_curve(held_out: datasets.Dataset, tok, seq_len: int):
     return eval_fn, by_step
 
 
-def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tuple[nnx.Module,
-                                                                                     dict]:
+def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
+                init: nnx.Module | None = None) -> tuple[nnx.Module, dict]:
     """Trains the spec's model with :class:`lab.train.Trainer`; returns ``(model, metrics)``.
 
     ``metrics``: per-task ``train`` and ``held_out`` accuracies (see
@@ -65,6 +65,8 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
     generation, training and evaluation, the loss curve, the held-out exact match
     per task every ``eval_every`` steps (``held_out_curve``), the parameter count.
     A ``workdir`` holds the trainer's checkpoints, so a killed run resumes.
+    ``init``: a trained model of the same config whose weights start training
+    (the spec's :attr:`ZooSpec.init` base).
     """
     tok = ByteTokenizer()
     t0, c0 = time.time(), time.process_time()
@@ -75,6 +77,8 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True) -> tu
     t1, c1 = time.time(), time.process_time()
     config = TrainConfig.from_dict({**spec.train, "progress": progress})
     model = Transformer(spec.model, rngs=nnx.Rngs(config.seed))
+    if init is not None:
+        nnx.update(model, nnx.state(init, nnx.Param))
     logging.info("zoo: training %s (%d params, %d steps)", spec.key, spec.model.num_params(),
                  config.steps)
     trainer = Trainer(model, sft_loss, config, workdir=workdir)

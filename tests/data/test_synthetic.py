@@ -194,6 +194,17 @@ def test_kv_retrieval_answer_only_in_gold_document():
     assert [kv_retrieval(5, 0, n_docs=d)["difficulty"][0] for d in (8, 16, 32, 64)] == [3, 4, 5, 6]
 
 
+def test_kv_retrieval_gold_bias_ramps_the_gold_position():
+    # slot i of 8 with probability (8 - i) / 36 ("early") or (i + 1) / 36 ("late"): means 2.33, 4.67
+    def mean_gold(bias):
+        return np.mean(kv_retrieval(600, seed=2, n_docs=8, pairs_per_doc=1,
+                                    gold_bias=bias)["gold_doc"])
+
+    assert abs(mean_gold("early") - 7 / 3) < 0.25 and abs(mean_gold("late") - 14 / 3) < 0.25
+    with pytest.raises(ValueError, match="gold_bias='first'"):
+        kv_retrieval(2, seed=1, n_docs=4, gold_bias="first")
+
+
 def test_kv_retrieval_shortcuts_at_chance():
     n_docs = 8
     ds = kv_retrieval(N, seed=0, n_docs=n_docs)

@@ -45,6 +45,27 @@ def test_trains_then_loads_from_cache_without_training(cache):
     np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(again(x)))
 
 
+def test_a_fine_tune_starts_from_its_base(cache):
+    _, base, _ = cache
+    # two updates at learning rate 1e-12: the fine-tune's weights are its base's (a random
+    # initialisation would differ by ~init_std = 0.02)
+    ft = TINY.replace(name="ft-test", init="lm-test",
+                      train=zoo.train_recipe(2, 1e-12, checkpoint_every=0, eval_every=0))
+    assert ft.base() is TINY and ft.hashed_fields()["init"] == TINY.key
+    assert "init" not in TINY.hashed_fields()          # specs without a base keep their digests
+    count = zoo.TRAININGS[TINY.key]
+    model, _ = zoo.load_spec(ft, progress=False)
+    assert zoo.TRAININGS[TINY.key] == count            # the cached base, not retrained
+    a, b = flatten_params(base), flatten_params(model)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], atol=1e-8, err_msg=k)
+    with pytest.raises(ValueError, match="init='lm-nope' is unknown"):
+        ft.replace(init="lm-nope").digest()
+    with pytest.raises(ValueError, match="another model config"):
+        ft.replace(init="lm-xs").digest()
+
+
 def test_metrics_are_recorded(cache):
     m = zoo.metrics(TINY)
     assert m["final_loss"] < 0.75 * math.log(ByteTokenizer.vocab_size)  # it learned something

@@ -38,9 +38,12 @@ def render_kv_prompt(documents: Sequence[str], question: str) -> str:
     return "\n".join(lines) + f"\n{question}\n"
 
 
+GOLD_BIASES = ("uniform", "early", "late")
+
+
 def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
                  gold_position: int | None = None, value_digits: int = 3,
-                 cot: bool = True) -> datasets.Dataset:
+                 cot: bool = True, gold_bias: str = "uniform") -> datasets.Dataset:
     """``n_docs`` documents of ``pairs_per_doc`` ``key=value`` pairs; ask one key's value.
 
     A document reads ``"kwfb=481, qczd=925."``; keys are distinct random
@@ -49,8 +52,10 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
     The question is ``"kwfb=?"``; the completion restates the pair before the
     answer line, ``"kwfb=481\\nA: 481"``, or is ``"A: 481"`` without ``cot``. The gold document's
     position is uniform over the ``n_docs`` slots, or ``gold_position``
-    (0-based) when given, to measure a model's position bias. ``n_docs`` may
-    be an int or an inclusive ``(lo, hi)`` range.
+    (0-based) when given, to measure a model's position bias. ``gold_bias``
+    ``"early"`` / ``"late"`` draws it with probability falling / rising linearly
+    over the slots (``nd - i`` / ``i + 1``), to train a position bias into a
+    model. ``n_docs`` may be an int or an inclusive ``(lo, hi)`` range.
 
     Columns: the common ones (``difficulty = ceil(log2(n_docs))``) plus
     ``documents`` (list[str], in prompt order), ``question``, ``gold_doc``
@@ -61,6 +66,8 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
     d_rng = as_range("n_docs", n_docs, 1)
     if not isinstance(pairs_per_doc, int) or pairs_per_doc < 1:
         raise ValueError(f"pairs_per_doc={pairs_per_doc!r}; expected a positive int")
+    if gold_bias not in GOLD_BIASES:
+        raise ValueError(f"gold_bias={gold_bias!r}; expected one of {GOLD_BIASES}")
     rng = np.random.default_rng([seed, 404])
     rows = []
     for _ in range(n):
@@ -75,7 +82,13 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
                       for j in range(d * pairs_per_doc, (d + 1) * pairs_per_doc)) + "."
             for d in range(nd)
         ]
-        gold = int(rng.integers(nd)) if gold_position is None else int(gold_position)
+        if gold_position is not None:
+            gold = int(gold_position)
+        elif gold_bias == "uniform":
+            gold = int(rng.integers(nd))
+        else:
+            ramp = np.arange(nd, 0, -1) if gold_bias == "early" else np.arange(1, nd + 1)
+            gold = int(rng.choice(nd, p=ramp / ramp.sum()))
         slot = gold * pairs_per_doc + int(rng.integers(pairs_per_doc))
         question = f"{keys[slot]}=?"
         answer = str(values[slot])
