@@ -340,7 +340,8 @@ def _ablation_claims(ablation, config) -> list[dict]:
 
     return [claim(f"multi-hop PageRank (alpha={hi:g}) keeps more of {ablation['task']} than "
                   f"near one-hop scoring (alpha={lo:g}) at ratios {high} (kernel {k})",
-                  "mean exact match", {f"alpha={hi:g}": mean(hi), f"alpha={lo:g}": mean(lo)},
+                  "mean exact match", {f"alpha={hi:g}": mean(hi), f"alpha={lo:g}": mean(lo),
+                                       "full cache": ablation["full"]},
                   mean(hi) > mean(lo))] if high else []
 
 
