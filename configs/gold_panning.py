@@ -8,8 +8,7 @@ Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
 ``default`` (the named zoo LM ``lm-xs``, trained once on Lab's synthetic
 mixture, multi-document QA included; the calibration-mismatch profile comes from
 ``lm-xs-early``, lm-xs fine-tuned to favour early documents; both cached under
-``LAB_CACHE``),
-``paper`` (``lm-s``, profile from ``lm-xs``, more prompts).
+``LAB_CACHE``), ``paper`` (``lm-s``, profile from ``lm-xs``, more prompts).
 
 The real LM answers prompts of ``real_n`` documents. The sweep over N in
 ``sim.ns`` runs on a simulated model whose diagnosticity profile is the one
