@@ -96,8 +96,8 @@ def test_graph_per_head_or_per_group_and_protection():
 
 
 def test_pooling_keeps_a_hits_neighbours():
-    # 19 (the question) -> 10 only. Without pooling the budget goes to 10 and the other
-    # tokens by their tiny self-loop mass; kernel 3 spreads 10's score over 9 and 11, the
+    # 19 (the question) -> 10 only. Without pooling only 10 and 19 score (the walk never
+    # reaches the others, which tie at 0); kernel 3 spreads 10's score over 9 and 11, the
     # rest of the fact (a smeared key covers a few tokens), and keeps them before the others.
     t = 20
     attn = chain_attention(t, [(19, 10)], n_heads=1)
