@@ -45,6 +45,12 @@ def check_config(config):
     """Validates ``config`` against its preset; raises ValueError naming the key."""
     reference = get_config(check_preset(config.get("preset")))
     pos = (lambda v: v > 0, "> 0")
+
+    def odd(k):
+        return k >= 1 and k % 2 == 1
+
+    def alpha(a):
+        return 0 <= a < 1
     validate(config, reference, {
         "tasks.names": (lambda v: len(v) > 0 and all(t in TASKS for t in v),
                         f"a non-empty list of {TASKS}"),
@@ -55,16 +61,16 @@ def check_config(config):
                         "ratios in [0, 1), including 0"),
         "eval.n_per_task": pos, "eval.batch_size": pos, "eval.max_new_tokens": pos,
         "eval.window": pos, "eval.timing_repeats": pos,
-        "prkv.alpha": (lambda v: 0 <= v < 1, "0 <= alpha < 1"),
+        "prkv.alpha": (alpha, "0 <= alpha < 1"),
         "prkv.iters": pos,
-        "prkv.kernel_size": (lambda v: v >= 1 and v % 2 == 1, "a positive odd int"),
+        "prkv.kernel_size": (odd, "a positive odd int"),
+        "prkv.graph": (lambda v: v in prkv_lib.GRAPHS, f"one of {prkv_lib.GRAPHS}"),
         "ablation.task": (lambda v: v == "" or v in config.tasks.names,
                           "'' or one of tasks.names"),
-        "ablation.alphas": (lambda v: len(v) > 0 and all(0 <= a < 1 for a in v),
+        "ablation.alphas": (lambda v: len(v) > 0 and all(map(alpha, v)),
                             "a non-empty list in [0, 1)"),
-        "ablation.kernel_sizes": (lambda v: len(v) > 0 and all(k >= 1 and k % 2 for k in v),
+        "ablation.kernel_sizes": (lambda v: len(v) > 0 and all(map(odd, v)),
                                   "a non-empty list of positive odd ints"),
-        "prkv.graph": (lambda v: v in prkv_lib.GRAPHS, f"one of {prkv_lib.GRAPHS}"),
         "zoo.steps": pos, "zoo.seq_len": pos,
     })
     return config

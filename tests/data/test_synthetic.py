@@ -203,6 +203,8 @@ def test_kv_retrieval_gold_bias_ramps_the_gold_position():
     assert abs(mean_gold("early") - 7 / 3) < 0.25 and abs(mean_gold("late") - 14 / 3) < 0.25
     with pytest.raises(ValueError, match="gold_bias='first'"):
         kv_retrieval(2, seed=1, n_docs=4, gold_bias="first")
+    with pytest.raises(ValueError, match="gold_position=1 pins the gold document"):
+        kv_retrieval(2, seed=1, n_docs=4, gold_position=1, gold_bias="late")
 
 
 def test_kv_retrieval_shortcuts_at_chance():

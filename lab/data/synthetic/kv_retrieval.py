@@ -68,6 +68,9 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
         raise ValueError(f"pairs_per_doc={pairs_per_doc!r}; expected a positive int")
     if gold_bias not in GOLD_BIASES:
         raise ValueError(f"gold_bias={gold_bias!r}; expected one of {GOLD_BIASES}")
+    if gold_position is not None and gold_bias != "uniform":
+        raise ValueError(f"gold_position={gold_position!r} pins the gold document; "
+                         f"gold_bias={gold_bias!r} expects it drawn (give one of the two)")
     rng = np.random.default_rng([seed, 404])
     rows = []
     for _ in range(n):
@@ -84,7 +87,7 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
         ]
         if gold_position is not None:
             gold = int(gold_position)
-        elif gold_bias == "uniform":
+        elif gold_bias == "uniform":   # the original draw: uniform specs keep their data
             gold = int(rng.integers(nd))
         else:
             ramp = np.arange(nd, 0, -1) if gold_bias == "early" else np.arange(1, nd + 1)
