@@ -45,6 +45,10 @@ from jax.experimental import pallas as pl
 from kernels_pallas.dispatch import platform, select
 
 NEG_INF = -1e30
+# reference(causal=True) with T == S splits the queries into blocks of at least this many
+# rows, and at most this many blocks (see causal_block).
+CAUSAL_MIN_BLOCK = 64
+CAUSAL_MAX_BLOCKS = 16
 
 
 def expand_heads(x: jax.Array | None, n_heads: int) -> jax.Array | None:
@@ -65,7 +69,10 @@ def reference(q, k, v, *, mask=None, bias=None, sm_scale=None, causal=False,
 
     ``causal=True`` adds a causal mask aligned at the end (query ``i`` sees key
     ``j`` iff ``j <= i + S - T``, flash-attn 2's convention, which is the usual
-    one for ``T == S`` and for decoding against a cache of ``S`` keys).
+    one for ``T == S`` and for decoding against a cache of ``S`` keys). With
+    ``T == S`` and neither statistic asked for, the queries are then taken in
+    blocks (:func:`causal_block`) that each read only their key prefix, which
+    skips the masked upper triangle: the same numbers in about half the work.
 
     Returns:
       ``out [B, H, T, D]`` in ``q.dtype``; with ``return_colsum`` also the
@@ -77,6 +84,16 @@ def reference(q, k, v, *, mask=None, bias=None, sm_scale=None, causal=False,
     if h % hkv:
         raise ValueError(f"n_heads={h} is not a multiple of n_kv_heads={hkv}")
     scale = d ** -0.5 if sm_scale is None else sm_scale
+    block = causal_block(t)
+    if causal and k.shape[2] == t and block and not (return_probs or return_colsum):
+        return _causal_blocks(q, k, v, mask, bias, scale, block)
+    return _dense(q, k, v, mask, bias, scale, causal, return_probs, return_colsum)
+
+
+def _dense(q, k, v, mask, bias, scale, causal, return_probs, return_colsum):
+    """:func:`reference` on the whole ``[T, S]`` logit matrix at once."""
+    b, h, t, d = q.shape
+    hkv = k.shape[1]
     # Query heads of a KV group are merged into the row axis ([B, Hkv, G*T, D]), so both
     # products are plain batched matmuls with one batch pair (no repeated K/V).
     qf = q.astype(jnp.float32).reshape(b, hkv, (h // hkv) * t, d)
@@ -107,6 +124,42 @@ def reference(q, k, v, *, mask=None, bias=None, sm_scale=None, causal=False,
     if return_probs:
         extras.append(probs)
     return (out, *extras) if extras else out
+
+
+def causal_block(t: int) -> int:
+    """Query-block size of :func:`reference`'s causal path for ``t`` tokens (0 = one block):
+    64, or more so that there are at most 16 blocks (each is its own pair of matmuls)."""
+    if t <= CAUSAL_MIN_BLOCK:
+        return 0
+    return max(CAUSAL_MIN_BLOCK, _next_pow2(-(-t // CAUSAL_MAX_BLOCKS)))
+
+
+def _rows_cols(x, start: int, end: int, t: int):
+    """``x[..., start:end, :end]`` of a mask/bias broadcastable to ``[..., t, t]``, slicing
+    only the axes that are not broadcast (size 1)."""
+    if x is None or jnp.ndim(x) == 0:
+        return x
+    x = jnp.asarray(x)
+    if x.ndim >= 2 and x.shape[-2] == t:
+        x = x[..., start:end, :]
+    if x.shape[-1] == t:
+        x = x[..., :end]
+    return x
+
+
+def _causal_blocks(q, k, v, mask, bias, scale, block: int):
+    """Causal attention (``T == S``) by query blocks: block ``[s, e)`` reads keys ``[0, e)``
+    only, so the fully masked upper block triangle is never computed, nor differentiated
+    (about half the logits and probabilities of the one-block path at 16 blocks). Exact: each
+    block is the dense path on its rows and key prefix (end-aligned causal mask)."""
+    t = q.shape[2]
+    outs = []
+    for start in range(0, t, block):
+        end = min(start + block, t)
+        outs.append(_dense(q[:, :, start:end], k[:, :, :end], v[:, :, :end],
+                           _rows_cols(mask, start, end, t), _rows_cols(bias, start, end, t),
+                           scale, True, False, False))
+    return jnp.concatenate(outs, axis=2)
 
 
 def _next_pow2(n: int) -> int:

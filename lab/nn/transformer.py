@@ -128,18 +128,22 @@ class Attention(nnx.Module):
         q, k = self.rotate(q, k, positions, src_positions=src_positions)
         return q, k, v.transpose(0, 2, 1, 3)
 
-    def attend(self, q, k, v, mask, bias, *, probs: bool, colsum: bool):
-        """Attention output ``[B, T, H*hd]`` projected by ``o``, and the requested statistics."""
+    def attend(self, q, k, v, mask, bias, *, probs: bool, colsum: bool, causal: bool = False):
+        """Attention output ``[B, T, H*hd]`` projected by ``o``, and the requested statistics.
+
+        ``causal``: query ``i`` may also only see key index ``<= i`` (``T == S``), which lets
+        the kernels skip the upper triangle; ``mask`` still applies."""
         c = self.config
         if probs:  # probabilities need the materialised reference path
             out, cs, p = attention_kernels.reference(q, k, v, mask=mask, bias=bias,
-                                                     return_colsum=True, return_probs=True)
+                                                     causal=causal, return_colsum=True,
+                                                     return_probs=True)
         elif colsum:
-            out, cs = attention_kernels.attention(q, k, v, mask=mask, bias=bias,
+            out, cs = attention_kernels.attention(q, k, v, mask=mask, bias=bias, causal=causal,
                                                   return_colsum=True, impl=c.attention_impl)
             p = None
         else:
-            out = attention_kernels.attention(q, k, v, mask=mask, bias=bias,
+            out = attention_kernels.attention(q, k, v, mask=mask, bias=bias, causal=causal,
                                               impl=c.attention_impl)
             cs = p = None
         b, h, t, d = out.shape
@@ -265,7 +269,11 @@ class Transformer(nnx.Module):
                     allowed = allowed & (key_pos[:, None, None, :] <= positions[:, None, :, None])
             if full_mask is not None:
                 allowed = allowed & full_mask
-            out, cs, p = layer.attn.attend(q, k, v, allowed, bias, probs=want_p, colsum=want_cs)
+            # Without a cache the keys are these tokens: causality by index too (as Hugging
+            # Face masks), which equals the positional mask for any in-order positions
+            # (packed rows included) and lets attention skip the upper triangle.
+            out, cs, p = layer.attn.attend(q, k, v, allowed, bias, probs=want_p, colsum=want_cs,
+                                           causal=c.causal and cache is None)
             x = x + out
             x = x + layer.mlp(layer.mlp_norm(x))
             hidden.append(x)

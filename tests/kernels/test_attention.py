@@ -94,6 +94,30 @@ def test_causal_flag_equals_explicit_mask(t, s):
     assert_close(colsum, ref_colsum, F32_ATOL)
 
 
+@pytest.mark.parametrize("t", [65, 200])
+def test_causal_query_blocks_equal_one_block(t):
+    # reference(causal=True, T == S) takes the queries in blocks that read only their key
+    # prefix (65 tokens: blocks of 64 and 1; 200: 64, 64, 64, 8). Same outputs and the same
+    # gradients in q, k, v and bias as the one-block path under the explicit mask, with a
+    # per-KV-head mask (row 2 empty), a [T, S] bias and a key-only mask.
+    assert A.causal_block(t) == 64 and A.causal_block(64) == 0 and A.causal_block(2048) == 128
+    q, k, v, mask, bias = inputs(1, 4, 2, t, t, 8, seed=9)
+    tri = np.tril(np.ones((t, t), bool))
+    for m, bb in ((mask, bias[0, 0]), (mask[:, :1, :1], None)):
+        def loss(q, k, v, bb, causal, m=m):
+            full = m if causal else np.logical_and(m, tri)
+            out = reference(q, k, v, mask=full, bias=bb, causal=causal)
+            return jnp.sum(out * jnp.cos(out)), out
+        args = (q, k, v, jnp.zeros((t, t)) if bb is None else jnp.asarray(bb))
+        (_, got), g_got = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(
+            *args, True)
+        (_, want), g_want = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(
+            *args, False)
+        assert_close(got, want, F32_ATOL)
+        for a, b in zip(g_got, g_want, strict=True):
+            assert_close(a, b, F32_ATOL)
+
+
 def test_default_blocks_and_sm_scale():
     # Default (GPU-sized) tiles, a non-default logit scale, under an outer jit.
     q, k, v, mask, bias = inputs(1, 2, 1, 40, 70, 24, seed=7)
