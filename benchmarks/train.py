@@ -34,6 +34,11 @@ left out, as in the 6N convention, and printed separately). ``peak`` is
 measured: the best FLOP/s of a jitted float32 ``[n, n] @ [n, n]`` matmul in JAX
 (``2 n^3`` FLOPs per call) on this CPU.
 
+Last, the step's linear layers alone: forward, weight-gradient and input-gradient
+products of each shape, jitted JAX against torch (MKL on this wheel), and the two
+sums weighted by the step's FLOPs. That bounds what Lab can reach here: a step
+cannot run faster than its matmuls.
+
     python benchmarks/train.py [--steps 8] [--repeats 3] [--threads 2]
 """
 
@@ -93,6 +98,44 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
         f(a, b).block_until_ready()
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+def _best(fn, repeats: int) -> float:
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gemm_rates(tokens: int, repeats: int = 20) -> list[tuple[str, float, float, float]]:
+    """GFLOP/s of JAX (jitted) and torch on the step's linear layers, per product: forward
+    ``x @ W``, weight gradient ``x.T @ dy`` and input gradient ``dy @ W.T`` with ``x`` of
+    ``tokens`` rows. Returns ``(name, flops per step, jax, torch)`` rows, the FLOPs counting
+    how many layers of the model have that shape: where the step's matmul time goes."""
+    m = MODEL
+    shapes = {"q/o": (m.d_model, m.n_heads * m.head_dim, 2 * m.n_layers),
+              "k/v": (m.d_model, m.n_kv_heads * m.head_dim, 2 * m.n_layers),
+              "gate/up": (m.d_model, m.d_ff, 2 * m.n_layers),
+              "down": (m.d_ff, m.d_model, m.n_layers), "lm_head": (m.d_model, m.vocab_size, 1)}
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (k, n, count) in shapes.items():
+        x, w, dy = (rng.normal(size=s).astype(np.float32)
+                    for s in ((tokens, k), (k, n), (tokens, n)))
+        flops = 2 * tokens * k * n
+        products = {"fwd": (lambda a, b: a @ b, x, w), "dW": (lambda a, b: a.T @ b, x, dy),
+                    "dX": (lambda a, b: a @ b.T, dy, w)}
+        for kind, (f, a, b) in products.items():
+            jf, ja, jb = jax.jit(f), jnp.asarray(a), jnp.asarray(b)
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            t_jax = _best(lambda jf=jf, ja=ja, jb=jb: jf(ja, jb).block_until_ready(), repeats)
+            t_torch = _best(lambda f=f, ta=ta, tb=tb: f(ta, tb), repeats)
+            rows.append((f"{name} {kind} [{tokens}x{k}x{n}]", count * flops,
+                         flops / t_jax / 1e9, flops / t_torch / 1e9))
+    return rows
 
 
 def make_batch(b: int, t: int) -> dict:
@@ -251,6 +294,14 @@ def main() -> None:
           f" with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
           f"{(flops_tok + attn_tok) * tps['lab'] / peak:.1%}, torch "
           f"{(flops_tok + attn_tok) * tps['torch'] / peak:.1%})")
+    print("the step's matmuls alone, GFLOP/s (jax jitted | torch), best of 20:")
+    rates = gemm_rates(tokens)
+    for name, _, jx, tr in rates:
+        print(f"  {name:30s} {jx:7.1f} | {tr:7.1f}   jax/torch {jx / tr:.2f}x")
+    jax_s = sum(f / jx for _, f, jx, _ in rates)
+    torch_s = sum(f / tr for _, f, _, tr in rates)
+    print(f"  all of them, weighted by the step's FLOPs: jax/torch {torch_s / jax_s:.2f}x "
+          f"(jax {jax_s * 1e3 / 1e9:.0f} ms, torch {torch_s * 1e3 / 1e9:.0f} ms per step)")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.ablation.task = "variable_tracking"   # "" = no ablation
     c.ablation.alphas = [0.3, 0.5, 0.85]
     c.ablation.kernel_sizes = [1, 5]
+    # ... and the main (alpha, kernel) restarting on the question span (the prompt's last
+    # line) instead of the last eval.window tokens.
+    c.ablation.question_restart = True
 
     # Claim thresholds.
     c.claims = ml_collections.ConfigDict()

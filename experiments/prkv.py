@@ -71,6 +71,7 @@ def check_config(config):
                             "a non-empty list in [0, 1)"),
         "ablation.kernel_sizes": (lambda v: len(v) > 0 and all(map(odd, v)),
                                   "a non-empty list of positive odd ints"),
+        "ablation.question_restart": (lambda v: isinstance(v, bool), "a bool"),
         "zoo.steps": pos, "zoo.seq_len": pos,
     })
     return config
@@ -135,16 +136,18 @@ def encode(tok, prompts, pad_id: int, width: int):
 
 
 def accuracy(model, tok, x, lengths, answers, *, policy, ratio, config, capacity,
-             overrides=None):
+             overrides=None, question_lengths=None):
     """``(correct, texts)``: exact match of each greedy answer after a compressed prefill,
-    and the generated texts. ``overrides`` replace policy keyword arguments (the ablation)."""
+    and the generated texts. ``overrides`` replace policy keyword arguments (the ablation);
+    ``question_lengths`` make each row's question the observation window
+    (:func:`lab.infer.prefill`)."""
     e = config.eval
     kw = {} if ratio == 0 else {**policy_kwargs(policy, config), **(overrides or {}),
                                 "window": e.window}
     gen = infer.generate(model, x, lengths=lengths, max_new_tokens=e.max_new_tokens,
                          stop_tokens=[tok.eos_id], policy=policy if ratio else "full",
                          ratio=float(ratio), pad_id=int(tok.pad_id or 0), capacity=capacity,
-                         **kw)
+                         question_lengths=question_lengths if ratio else None, **kw)
     texts = [tok.decode([int(t) for t in row[:n] if t != tok.eos_id])
              for row, n in zip(np.asarray(gen.tokens), np.asarray(gen.lengths), strict=True)]
     return [extract_answer(t) == a for t, a in zip(texts, answers, strict=True)], texts
@@ -295,27 +298,38 @@ def _claims(acc, agreement, costs, solved, config) -> list[dict]:
     return out
 
 
-def ablation_name(alpha: float, kernel_size: int) -> str:
-    return f"alpha={alpha:g} kernel={kernel_size}"
+def ablation_name(alpha: float, kernel_size: int, restart: str = "window") -> str:
+    name = f"alpha={alpha:g} kernel={kernel_size}"
+    return name if restart == "window" else f"{name} restart={restart}"
+
+
+def question_lengths(tok, prompts) -> np.ndarray:
+    """Tokens of each prompt's question (its last line, :func:`question_only`)."""
+    return np.array([len(tok.encode(question_only(p), add_bos=False)) for p in prompts],
+                    np.int32)
 
 
 def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
     """PRKV's exact match on ``config.ablation.task`` for every (alpha, kernel_size) pair
     at the non-zero ratios: ``{"task", "full", "main", "variants": {name: {ratio: acc}}}``
     (``{}`` when ``ablation.task`` is empty). The main configuration's row is the main
-    table's (``acc``), not run twice."""
+    table's (``acc``), not run twice. With ``ablation.question_restart`` one more row: the
+    main configuration restarting on each prompt's question instead of its last
+    ``eval.window`` tokens (the paper's other restart choice)."""
     a = config.ablation
     if not a.task:
         return {}
     d, bs = data[a.task], config.eval.batch_size
     pad_id = int(tok.pad_id or 0)
-    batches = [encode(tok, d["prompt"][i:i + bs], pad_id, width) + (d["answer"][i:i + bs],)
+    batches = [encode(tok, d["prompt"][i:i + bs], pad_id, width)
+               + (d["answer"][i:i + bs], question_lengths(tok, d["prompt"][i:i + bs]))
                for i in range(0, len(d), bs)]
 
-    def exact(ratio, overrides):
-        return float(np.mean([v for x, lengths, answers in batches for v in accuracy(
+    def exact(ratio, overrides, question=False):
+        return float(np.mean([v for x, lengths, answers, qlens in batches for v in accuracy(
             model, tok, x, lengths, answers, policy="prkv", ratio=ratio, config=config,
-            capacity=capacity, overrides=overrides)[0]]))
+            capacity=capacity, overrides=overrides,
+            question_lengths=qlens if question else None)[0]]))
 
     main = ablation_name(config.prkv.alpha, config.prkv.kernel_size)
     done = acc[a.task].get("prkv", {})
@@ -326,6 +340,9 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
             variants[name] = {str(r): done[str(r)] if name == main and done
                               else exact(r, {"alpha": al, "kernel_size": k})
                               for r in ratios if r > 0}
+    if a.question_restart:
+        variants[ablation_name(config.prkv.alpha, config.prkv.kernel_size, "question")] = {
+            str(r): exact(r, {}, question=True) for r in ratios if r > 0}
     return {"task": a.task, "full": acc[a.task]["full"]["0.0"], "main": main,
             "variants": variants}
 
@@ -471,7 +488,9 @@ def _report(acc, agreement, costs, memory, ablation, info, ratios, config) -> st
                   f"Full cache {ablation['full']:.3f}. alpha near 0 scores one hop from the "
                   "window (SnapKV-like); 0.85 (networkx's default) walks about 6.7 hops before "
                   "a restart. kernel = average pooling of the scores over neighbouring "
-                  "positions (1 = none; SnapKV's is 5).", markdown_table(rows, floatfmt=".3f")]
+                  "positions (1 = none; SnapKV's is 5). restart=question: the walk restarts "
+                  "on the prompt's question (its last line) instead of its last "
+                  f"{config.eval.window} tokens.", markdown_table(rows, floatfmt=".3f")]
     for task, tc in costs.items():
         kb = [{"policy": p, **{f"r={r:g}": row["kept_bytes"][str(r)] for r in ratios},
                "score ms": 1e3 * row["score_seconds"], "score / prefill": row["score_fraction"]}

@@ -89,10 +89,11 @@ class _Plan(NamedTuple):
     capacity: int
     window: int
     kwargs: tuple
+    question_lengths: np.ndarray
 
 
 def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, max_new,
-          policy_kwargs) -> _Plan:
+          policy_kwargs, question_lengths=None) -> _Plan:
     """Validates the request on host and sizes the cache."""
     cfg = model.config
     tokens, lengths = as_batch(tokens, lengths, pad_id)
@@ -118,13 +119,25 @@ def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, 
                          f"(kept prompt entries {int(budget.max())} + max_new_tokens {max_new})")
     kwargs = dict(policy_kwargs)
     window = int(kwargs.pop("window", pol.window))
+    if question_lengths is None:
+        qlens = np.full(lengths.shape, window, np.int32)
+    else:
+        qlens = np.asarray(question_lengths)
+        if qlens.shape != lengths.shape or not np.issubdtype(qlens.dtype, np.integer):
+            raise ValueError(f"question_lengths has shape {qlens.shape} dtype {qlens.dtype}; "
+                             f"expected {list(lengths.shape)} ints")
+        if qlens.min() < 1 or np.any(qlens > lengths) or qlens.max() > window:
+            raise ValueError(f"question_lengths={qlens.tolist()}; expected each in [1, the "
+                             f"row's prompt length {lengths.tolist()}] and at most "
+                             f"window={window} (pass a larger window=)")
     return _Plan(tokens, lengths, pol if evicts else None, budget, capacity, window,
-                 tuple(sorted(kwargs.items())))
+                 tuple(sorted(kwargs.items())), qlens.astype(np.int32))
 
 
-def _window_queries(model: Transformer, hidden, lengths, window: int):
+def _window_queries(model: Transformer, hidden, lengths, window: int, qlens=None):
     """Queries after smear, q-norm and RoPE of each row's last ``window`` prompt tokens:
-    ``([L, B, H, W, hd], positions [B, W])`` (position -1 where the row is shorter)."""
+    ``([L, B, H, W, hd], positions [B, W])`` (position -1 where the row is shorter, or
+    before the row's last ``qlens[b]`` tokens: its question)."""
     t = hidden.shape[2]
     w = min(window, t)
     before = model.config.qk_smear  # the tokens a smeared query mixes in
@@ -136,12 +149,16 @@ def _window_queries(model: Transformer, hidden, lengths, window: int):
         h = jnp.take_along_axis(hidden[i], take, axis=1)
         q, _, _ = layer.attn.project(layer.attn_norm(h), qpos)
         qs.append(q[:, :, before:])
-    return jnp.stack(qs), qpos[:, before:]
+    qpos = qpos[:, before:]
+    if qlens is not None:
+        qpos = jnp.where(qpos >= (lengths - qlens)[:, None], qpos, -1)
+    return jnp.stack(qs), qpos
 
 
 def _prefill(model: Transformer, tokens, lengths, budget, *, policy, kwargs, window, capacity,
-             hidden: bool):
-    """Prompt forward writing the cache, then the policy, then the final capacity.
+             hidden: bool, qlens=None):
+    """Prompt forward writing the cache, then the policy, then the final capacity
+    (``qlens [B]``: each row's question length, see :func:`prefill`).
 
     Returns ``(logits [B, T, V], cache, hidden [L+1, B, T, D] or None)``.
     """
@@ -162,7 +179,7 @@ def _prefill(model: Transformer, tokens, lengths, budget, *, policy, kwargs, win
     if policy is not None:
         queries = qpos = None
         if "queries" in needs:
-            queries, qpos = _window_queries(model, inter.hidden, lengths, window)
+            queries, qpos = _window_queries(model, inter.hidden, lengths, window, qlens)
         stats = policies_lib.Stats(
             lengths=lengths,
             attn_colsum=inter.attn_colsum if "attn_colsum" in needs else None,
@@ -175,16 +192,17 @@ def _prefill(model: Transformer, tokens, lengths, budget, *, policy, kwargs, win
 
 @functools.partial(jax.jit, static_argnums=0,
                    static_argnames=("policy", "kwargs", "window", "capacity"))
-def _prefill_jit(graphdef, state, tokens, lengths, budget, *, policy, kwargs, window, capacity):
+def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, *, policy, kwargs, window,
+                 capacity):
     model = nnx.merge(graphdef, state)
     logits, cache, _ = _prefill(model, tokens, lengths, budget, policy=policy, kwargs=kwargs,
-                                window=window, capacity=capacity, hidden=False)
+                                window=window, capacity=capacity, hidden=False, qlens=qlens)
     return logits, cache
 
 
 def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 0.0,
             capacity: int | None = None, lengths=None, pad_id: int = 0,
-            **policy_kwargs) -> tuple[jax.Array, KVCache]:
+            question_lengths=None, **policy_kwargs) -> tuple[jax.Array, KVCache]:
     """Runs the prompt and returns ``(logits [B, T, V], cache)``.
 
     Args:
@@ -196,16 +214,22 @@ def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 
         for the kept entries); must be at least the largest budget.
       policy_kwargs: passed to the policy (static, so hashable); ``window=``
         sets how many last queries are captured for policies that need them.
+      question_lengths: ``[B]`` ints, each row's question = its last
+        ``question_lengths[b]`` prompt tokens (at most ``window``): the
+        observation window of SnapKV and PRKV (their restart span) is then the
+        question alone, as SnapKV's paper defines it, instead of the last
+        ``window`` tokens. Default: the last ``window`` tokens.
 
     Logits at padding positions are meaningless; ``cache.length`` is the next
     slot to write per row. Raises ValueError for out-of-vocabulary ids, a ratio
     outside [0, 1), an unknown policy, or a prompt longer than ``max_len``.
     """
-    plan = _plan(model, tokens, lengths, pad_id, policy, ratio, capacity, 0, policy_kwargs)
+    plan = _plan(model, tokens, lengths, pad_id, policy, ratio, capacity, 0, policy_kwargs,
+                 question_lengths)
     graphdef, state = nnx.split(model)
     return _prefill_jit(graphdef, state, plan.tokens, plan.lengths, plan.budget,
-                        policy=plan.policy, kwargs=plan.kwargs, window=plan.window,
-                        capacity=plan.capacity)
+                        plan.question_lengths, policy=plan.policy, kwargs=plan.kwargs,
+                        window=plan.window, capacity=plan.capacity)
 
 
 def _last(x, lengths, axis):
@@ -217,12 +241,12 @@ def _last(x, lengths, axis):
 @functools.partial(jax.jit, static_argnums=0, static_argnames=(
     "policy", "kwargs", "window", "capacity", "max_new", "greedy", "top_k", "top_p", "stop",
     "pad_id", "capture"))
-def _generate_jit(graphdef, state, tokens, lengths, budget, key, temperature, *, policy,
+def _generate_jit(graphdef, state, tokens, lengths, budget, qlens, key, temperature, *, policy,
                   kwargs, window, capacity, max_new, greedy, top_k, top_p, stop, pad_id,
                   capture):
     model = nnx.merge(graphdef, state)
     _, cache, hid = _prefill(model, tokens, lengths, budget, policy=policy, kwargs=kwargs,
-                             window=window, capacity=capacity, hidden=True)
+                             window=window, capacity=capacity, hidden=True, qlens=qlens)
     h_last = _last(hid, lengths, axis=2)                       # [L+1, B, D]
     tok, lp = sampling.choose(model.unembed(h_last[-1]), jax.random.fold_in(key, 0),
                               temperature, greedy=greedy, top_k=top_k, top_p=top_p)
@@ -236,7 +260,8 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: fl
              top_k: int | None = None, top_p: float | None = None,
              stop_tokens: Sequence[int] = (), seed: int = 0, policy: str = "full",
              ratio: float = 0.0, capture: Sequence[str] = (), lengths=None, pad_id: int = 0,
-             capacity: int | None = None, **policy_kwargs) -> Generation:
+             capacity: int | None = None, question_lengths=None,
+             **policy_kwargs) -> Generation:
     """Generates ``max_new_tokens`` per row after the prompts (one jitted program).
 
     Args:
@@ -246,8 +271,8 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: fl
       stop_tokens: ids that end a row (kept in the output); the row then emits
         ``pad_id`` and its cache stops changing; the loop exits when every row stopped.
       seed: the sampling key (one key per step, shared by the rows).
-      policy, ratio, policy_kwargs: the cache policy applied after the prompt
-        (see :func:`prefill`); decoding continues on the compressed cache.
+      policy, ratio, question_lengths, policy_kwargs: the cache policy applied after
+        the prompt (see :func:`prefill`); decoding continues on the compressed cache.
       capture: ``("hidden",)`` for every layer's residual stream per step,
         ``("last_hidden",)`` for the last block's only (see :class:`Generation`).
       capacity: cache slots per KV head (default: kept prompt entries + max_new_tokens).
@@ -260,12 +285,13 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: fl
     """
     args, static = _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p,
                                   stop_tokens, seed, policy, ratio, capture, lengths, pad_id,
-                                  capacity, policy_kwargs)
+                                  capacity, policy_kwargs, question_lengths)
     return _generate_jit(*args, **static)
 
 
 def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, stop_tokens, seed,
-                   policy, ratio, capture, lengths, pad_id, capacity, policy_kwargs):
+                   policy, ratio, capture, lengths, pad_id, capacity, policy_kwargs,
+                   question_lengths=None):
     """Checks :func:`generate`'s arguments; returns ``_generate_jit``'s ``(args, static)``."""
     cfg = model.config
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -277,10 +303,11 @@ def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, sto
     stop = tuple(int(s) for s in stop_tokens)
     check_tokens(np.array(stop, np.int64), cfg.vocab_size, name="stop_tokens")
     plan = _plan(model, tokens, lengths, pad_id, policy, ratio, capacity, max_new_tokens,
-                 policy_kwargs)
+                 policy_kwargs, question_lengths)
     graphdef, state = nnx.split(model)
     greedy = float(temperature) == 0.0
-    args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, jax.random.key(seed),
+    args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, plan.question_lengths,
+            jax.random.key(seed),
             jnp.float32(temperature if not greedy else 1.0))
     static = dict(policy=plan.policy, kwargs=plan.kwargs, window=plan.window,
                   capacity=plan.capacity, max_new=max_new_tokens, greedy=greedy, top_k=top_k,
@@ -291,7 +318,8 @@ def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, sto
 
 def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, policy: str = "full",
                     ratio: float = 0.0, lengths=None, pad_id: int = 0,
-                    capacity: int | None = None, **policy_kwargs) -> dict:
+                    capacity: int | None = None, question_lengths=None,
+                    **policy_kwargs) -> dict:
     """XLA's memory analysis of the compiled greedy :func:`generate` program (not run).
 
     Returns bytes: ``arguments`` (weights and prompts), ``outputs``, ``temp``
@@ -304,7 +332,8 @@ def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, policy: 
     this backend and cost a compile, not a run.
     """
     args, static = _generate_call(model, tokens, max_new_tokens, 0.0, None, None, (), 0, policy,
-                                  ratio, (), lengths, pad_id, capacity, policy_kwargs)
+                                  ratio, (), lengths, pad_id, capacity, policy_kwargs,
+                                  question_lengths)
     stats = _generate_jit.lower(*args, **static).compile().memory_analysis()
     return {"arguments": int(stats.argument_size_in_bytes),
             "outputs": int(stats.output_size_in_bytes),

@@ -41,8 +41,10 @@ def check_outputs(out, workdir, config):
     ab = saved["ablation"]
     a = config.ablation
     assert ab["task"] == a.task and ab["full"] == saved["accuracy"][a.task]["full"]["0.0"]
-    assert set(ab["variants"]) == {exp.ablation_name(al, k) for al in a.alphas
-                                   for k in a.kernel_sizes}
+    question = exp.ablation_name(config.prkv.alpha, config.prkv.kernel_size, "question")
+    assert a.question_restart and set(ab["variants"]) == {
+        exp.ablation_name(al, k) for al in a.alphas for k in a.kernel_sizes} | {question}
+    assert all(0 <= v <= 1 for v in ab["variants"][question].values())
     assert ab["variants"][ab["main"]] == {k: v for k, v in
                                           saved["accuracy"][a.task]["prkv"].items() if k != "0.0"}
     assert any("multi-hop PageRank" in c["claim"] for c in out["claims"])

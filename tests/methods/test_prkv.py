@@ -156,3 +156,28 @@ def test_prkv_through_prefill_and_generate():
         # n_recent protects the last tokens whatever their PageRank.
         for row in pos[:, b].reshape(-1, pos.shape[-1]):
             assert {t - 3, t - 2, t - 1} <= set(row.tolist())
+
+
+@pytest.mark.parametrize("policy", ["prkv", "snapkv"])
+def test_question_lengths_make_the_question_the_observation_window(policy):
+    # Each row's restart span (PRKV) or observation window (SnapKV) is then its own question:
+    # the same kept set as prefilling that row alone with window = its question length.
+    cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            head_dim=8, d_ff=64, max_len=48, init_std=0.5)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    x = np.array(np.random.default_rng(1).integers(1, 64, (2, 24)), np.int32)
+    lengths, questions = np.array([24, 17], np.int32), np.array([3, 6], np.int32)
+    kw = {"policy": policy, "ratio": 0.5, **({"iters": 30} if policy == "prkv" else {})}
+    _, got = infer.prefill(model, x, lengths=lengths, window=8, question_lengths=questions, **kw)
+    for b, (t, q) in enumerate(zip(lengths, questions, strict=True)):
+        _, alone = infer.prefill(model, x[b:b + 1, :t], window=int(q), **kw)
+        n = int(alone.length[0])
+        np.testing.assert_array_equal(np.asarray(got.positions[:, b, :, :n]),
+                                      np.asarray(alone.positions[:, 0, :, :n]))
+    _, window = infer.prefill(model, x, lengths=lengths, window=8, **kw)
+    assert not np.array_equal(np.asarray(window.positions), np.asarray(got.positions))
+    with pytest.raises(ValueError, match=r"question_lengths=\[3, 9\].*at most window=8"):
+        infer.prefill(model, x, lengths=lengths, window=8, question_lengths=[3, 9], **kw)
+    with pytest.raises(ValueError, match=r"question_lengths has shape \(3,\)"):
+        infer.generate(model, x, lengths=lengths, max_new_tokens=2, question_lengths=[1, 2, 3],
+                       **kw)
