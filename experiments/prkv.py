@@ -142,8 +142,8 @@ def accuracy(model, tok, x, lengths, answers, *, policy, ratio, config, capacity
     ``question_lengths`` make each row's question the observation window
     (:func:`lab.infer.prefill`)."""
     e = config.eval
-    kw = {} if ratio == 0 else {**policy_kwargs(policy, config), **(overrides or {}),
-                                "window": e.window}
+    kw = {} if ratio == 0 else {**policy_kwargs(policy, config), "window": e.window,
+                                **(overrides or {})}
     gen = infer.generate(model, x, lengths=lengths, max_new_tokens=e.max_new_tokens,
                          stop_tokens=[tok.eos_id], policy=policy if ratio else "full",
                          ratio=float(ratio), pad_id=int(tok.pad_id or 0), capacity=capacity,
@@ -328,8 +328,9 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
     def exact(ratio, overrides, question=False):
         return float(np.mean([v for x, lengths, answers, qlens in batches for v in accuracy(
             model, tok, x, lengths, answers, policy="prkv", ratio=ratio, config=config,
-            capacity=capacity, overrides=overrides,
-            question_lengths=qlens if question else None)[0]]))
+            capacity=capacity, question_lengths=qlens if question else None,
+            overrides={**overrides, "window": max(config.eval.window, int(qlens.max()))}
+            if question else overrides)[0]]))
 
     main = ablation_name(config.prkv.alpha, config.prkv.kernel_size)
     done = acc[a.task].get("prkv", {})
