@@ -126,10 +126,12 @@ def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, 
         if qlens.shape != lengths.shape or not np.issubdtype(qlens.dtype, np.integer):
             raise ValueError(f"question_lengths has shape {qlens.shape} dtype {qlens.dtype}; "
                              f"expected {list(lengths.shape)} ints")
-        if qlens.min() < 1 or np.any(qlens > lengths) or qlens.max() > window:
+        observed = evicts and "queries" in pol.needs  # the policy reads the window's queries
+        if qlens.min() < 1 or np.any(qlens > lengths) or (observed and qlens.max() > window):
             raise ValueError(f"question_lengths={qlens.tolist()}; expected each in [1, the "
-                             f"row's prompt length {lengths.tolist()}] and at most "
-                             f"window={window} (pass a larger window=)")
+                             f"row's prompt length {lengths.tolist()}]"
+                             + (f" and at most window={window} (pass a larger window=)"
+                                if observed else ""))
     return _Plan(tokens, lengths, pol if evicts else None, budget, capacity, window,
                  tuple(sorted(kwargs.items())), qlens.astype(np.int32))
 
@@ -307,8 +309,7 @@ def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, sto
     graphdef, state = nnx.split(model)
     greedy = float(temperature) == 0.0
     args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, plan.question_lengths,
-            jax.random.key(seed),
-            jnp.float32(temperature if not greedy else 1.0))
+            jax.random.key(seed), jnp.float32(temperature if not greedy else 1.0))
     static = dict(policy=plan.policy, kwargs=plan.kwargs, window=plan.window,
                   capacity=plan.capacity, max_new=max_new_tokens, greedy=greedy, top_k=top_k,
                   top_p=None if top_p is None else float(top_p), stop=stop, pad_id=pad_id,
