@@ -86,21 +86,8 @@ MODEL = TransformerConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, n_
 LR, WD, WARMUP, CLIP = 1e-3, 0.1, 2, 1.0
 
 
-def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
-    """Best measured FLOP/s of a jitted float32 ``[n, n] @ [n, n]`` in JAX."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    f = jax.jit(jnp.matmul)
-    f(a, b).block_until_ready()
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        f(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
-
-
 def _best(fn, repeats: int) -> float:
+    """Fastest of ``repeats`` timed calls of ``fn`` after one warm-up (compile) call."""
     fn()
     best = math.inf
     for _ in range(repeats):
@@ -108,6 +95,14 @@ def _best(fn, repeats: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
+    """Best measured FLOP/s of a jitted float32 ``[n, n] @ [n, n]`` in JAX."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    f = jax.jit(jnp.matmul)
+    return 2 * n**3 / _best(lambda: f(a, b).block_until_ready(), repeats)
 
 
 def gemm_rates(tokens: int, repeats: int = 20) -> list[tuple[str, float, float, float]]:

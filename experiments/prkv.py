@@ -324,13 +324,14 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
     batches = [encode(tok, d["prompt"][i:i + bs], pad_id, width)
                + (d["answer"][i:i + bs], question_lengths(tok, d["prompt"][i:i + bs]))
                for i in range(0, len(d), bs)]
+    # the question row observes up to the task's longest question (one window, one compile)
+    question_window = max(config.eval.window, *(int(b[3].max()) for b in batches))
 
     def exact(ratio, overrides, question=False):
         return float(np.mean([v for x, lengths, answers, qlens in batches for v in accuracy(
             model, tok, x, lengths, answers, policy="prkv", ratio=ratio, config=config,
-            capacity=capacity, question_lengths=qlens if question else None,
-            overrides={**overrides, "window": max(config.eval.window, int(qlens.max()))}
-            if question else overrides)[0]]))
+            capacity=capacity, overrides=overrides,
+            question_lengths=qlens if question else None)[0]]))
 
     main = ablation_name(config.prkv.alpha, config.prkv.kernel_size)
     done = acc[a.task].get("prkv", {})
@@ -343,7 +344,8 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
                               for r in ratios if r > 0}
     if a.question_restart:
         variants[ablation_name(config.prkv.alpha, config.prkv.kernel_size, "question")] = {
-            str(r): exact(r, {}, question=True) for r in ratios if r > 0}
+            str(r): exact(r, {"window": question_window}, question=True)
+            for r in ratios if r > 0}
     return {"task": a.task, "full": acc[a.task]["full"]["0.0"], "main": main,
             "variants": variants}
 
