@@ -1,6 +1,6 @@
 """PRKV vs kvpress's eviction baselines on long-context synthetic tasks.
 
-A zoo LM (``config.model`` names one, default ``lm-xs``; ``""`` trains the one
+A zoo LM (``config.model`` names one, default ``lm-xs-long``; ``""`` trains the one
 ``config.zoo`` describes; cached by ``lab.zoo``) or a Hugging Face checkpoint
 (``--config.model=<dir>``) answers multi-hop
 variable tracking, needle retrieval and multi-step arithmetic after a prefill

@@ -105,3 +105,13 @@ def test_named_zoo_model_is_loaded_by_name(tmp_path):
         exp.run(config, str(tmp_path))
     model, _, info = exp.load_model(config)
     assert info["source"].startswith("lm-test-") and model.config.max_len == 64
+
+
+def test_default_model_was_fine_tuned_on_the_default_tasks():
+    """The default preset evaluates lm-xs-long on the tasks, lengths and difficulties it was
+    fine-tuned on: a change to one side without the other would test it off-distribution."""
+    from lab.zoo.spec import NAMED
+    config = get_config("default")
+    trained = NAMED[config.model].data["tasks"]
+    for task, kwargs in exp.task_kwargs(config).items():
+        assert {k: v for k, v in trained[task].items() if k != "weight"} == kwargs, task
