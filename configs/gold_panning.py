@@ -5,10 +5,11 @@ Run:
       --workdir=/tmp/gold_panning
 
 Presets: ``test`` (seconds: a tiny zoo LM, a few prompts, used by the tests),
-``default`` (the named zoo LM ``lm-xs``, trained once on Lab's synthetic
-mixture, multi-document QA included; the calibration-mismatch profile comes from
-``lm-xs-early``, lm-xs fine-tuned to favour early documents; both cached under
-``LAB_CACHE``), ``paper`` (``lm-s``, profile from ``lm-xs``, more prompts).
+``default`` (the named zoo LM ``lm-xs-docs``: ``lm-xs``, trained once on Lab's
+synthetic mixture, fine-tuned on multi-document QA with gold documents favoured at
+both ends; the calibration-mismatch profile comes from ``lm-xs-early``, lm-xs
+fine-tuned to favour early documents; all cached under ``LAB_CACHE``), ``paper``
+(``lm-s``, profile from ``lm-xs``, more prompts).
 
 The real LM answers prompts of ``real_n`` documents. The sweep over N in
 ``sim.ns`` runs on a simulated model whose diagnosticity profile is the one
@@ -54,7 +55,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
 
     # The LM whose position bias GOLD PANNING exploits ("" = the one c.zoo describes), and
     # the one whose profile is used in the calibration-mismatch run.
-    c.model = "" if test else ("lm-s" if paper else "lm-xs")
+    c.model = "" if test else ("lm-s" if paper else "lm-xs-docs")
     # The mismatch LM: lm-xs fine-tuned to favour early documents (another position bias).
     # LMs trained from scratch on multi-document QA (+ copy, recall; d=64 for 1,500 steps,
     # d=128 for 2,000 and 3,000), and lm-xs's own recipe with seed 1, learned to copy but never

@@ -201,6 +201,10 @@ def test_kv_retrieval_gold_bias_ramps_the_gold_position():
                                     gold_bias=bias)["gold_doc"])
 
     assert abs(mean_gold("early") - 7 / 3) < 0.25 and abs(mean_gold("late") - 14 / 3) < 0.25
+    # "ends": weights 4.5, 3.5, ..., 1.5, 1.5, ..., 4.5: the outer four slots hold 2/3, symmetric
+    ends = np.array(kv_retrieval(600, seed=2, n_docs=8, pairs_per_doc=1,
+                                 gold_bias="ends")["gold_doc"])
+    assert abs(np.mean((ends < 2) | (ends > 5)) - 2 / 3) < 0.06 and abs(ends.mean() - 3.5) < 0.25
     with pytest.raises(ValueError, match="gold_bias='first'"):
         kv_retrieval(2, seed=1, n_docs=4, gold_bias="first")
     with pytest.raises(ValueError, match="gold_position=1 pins the gold document"):

@@ -38,7 +38,7 @@ def render_kv_prompt(documents: Sequence[str], question: str) -> str:
     return "\n".join(lines) + f"\n{question}\n"
 
 
-GOLD_BIASES = ("uniform", "early", "late")
+GOLD_BIASES = ("uniform", "early", "late", "ends")
 
 
 def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
@@ -54,8 +54,10 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
     position is uniform over the ``n_docs`` slots, or ``gold_position``
     (0-based) when given, to measure a model's position bias. ``gold_bias``
     ``"early"`` / ``"late"`` draws it with probability falling / rising linearly
-    over the slots (``nd - i`` / ``i + 1``), to train a position bias into a
-    model. ``n_docs`` may be an int or an inclusive ``(lo, hi)`` range.
+    over the slots (``nd - i`` / ``i + 1``), ``"ends"`` with probability rising
+    linearly from the middle to both ends (``|i - (nd - 1) / 2| + 1``, "lost in
+    the middle", Liu et al. 2023), to train a position bias into a model.
+    ``n_docs`` may be an int or an inclusive ``(lo, hi)`` range.
 
     Columns: the common ones (``difficulty = ceil(log2(n_docs))``) plus
     ``documents`` (list[str], in prompt order), ``question``, ``gold_doc``
@@ -90,7 +92,8 @@ def kv_retrieval(n: int, seed: int = 0, n_docs=8, pairs_per_doc: int = 2,
         elif gold_bias == "uniform":   # the original draw: uniform specs keep their data
             gold = int(rng.integers(nd))
         else:
-            ramp = np.arange(nd, 0, -1) if gold_bias == "early" else np.arange(1, nd + 1)
+            i = np.arange(nd)
+            ramp = {"early": nd - i, "late": i + 1, "ends": np.abs(i - (nd - 1) / 2) + 1}[gold_bias]
             gold = int(rng.choice(nd, p=ramp / ramp.sum()))
         slot = gold * pairs_per_doc + int(rng.integers(pairs_per_doc))
         question = f"{keys[slot]}=?"
