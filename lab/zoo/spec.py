@@ -242,10 +242,11 @@ NAMED: dict[str, ZooSpec] = {
                     "held-out exact match kv QA 0.78, copy 0.86 (true-positive rate 0.60-0.92 "
                     "over 16 slots, no clear dip in the middle)"),
     # lm-xs fine-tuned on PRKV's evaluation tasks at PRKV's lengths (512-960 tokens), where
-    # lm-xs's mixture spreads over 128-960 and 6 tasks: lm-xs answered PRKV's prompts at full
-    # cache with variable tracking 0.27, needles 0.09, arithmetic 0.06, too little for
-    # eviction to lose. How far the fine-tune gets depends on the base (see the description):
-    # from the older cached lm-xs needles reached only 0.42, flat over the last 500 steps.
+    # lm-xs's mixture spreads over 128-960 and 6 tasks: lm-xs (its earlier, stronger build)
+    # answered PRKV's prompts at full cache with variable tracking 0.27, needles 0.09,
+    # arithmetic 0.06, too little for eviction to lose. How far the fine-tune gets depends on
+    # the base (see the description): from that earlier lm-xs needles reached only 0.42, flat
+    # over the last 500 steps.
     "lm-xs-long": ZooSpec(
         name="lm-xs-long", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
         train=train_recipe(1500, 1e-3, seed=2, eval_every=100),
