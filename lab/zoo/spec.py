@@ -187,6 +187,19 @@ def train_recipe(steps: int, learning_rate: float, **overrides) -> dict:
             "checkpoint_every": 200, "eval_every": 250, **overrides}
 
 
+def _docs_tune(name: str, steps: int, seed: int, gold_bias: str, description: str) -> ZooSpec:
+    """lm-xs fine-tuned on multi-document QA whose gold document is drawn with ``gold_bias``
+    (:func:`lab.data.synthetic.kv_retrieval`), plus copy against forgetting."""
+    return ZooSpec(
+        name=name, model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
+        train=train_recipe(steps, 1e-3, seed=seed, eval_every=min(100, steps // 2)),
+        data={"tasks": {"kv_retrieval": {"weight": 3, "n_docs": (4, 24), "pairs_per_doc": 1,
+                                         "gold_bias": gold_bias},
+                        "copy": {"weight": 1, "length": (8, 32)}},
+              "n_train": 6000, "n_eval": 64, "seed": seed},
+        seq_len=512, batch_size=8, init="lm-xs", description=description)
+
+
 NAMED: dict[str, ZooSpec] = {
     "lm-test": ZooSpec(
         name="lm-test", model=byte_lm(32, 1, 2, 1, 64, 64),
@@ -210,16 +223,10 @@ NAMED: dict[str, ZooSpec] = {
     # lm-xs fine-tuned to favour early documents: multi-document QA whose gold document is
     # drawn with probability falling linearly over the slots (and copy, against forgetting).
     # A model with another position bias: GOLD PANNING's calibration-mismatch run measures the
-    # profile on it and deploys on lm-xs. (lm-xs's recipe with seed 1 instead learned no
+    # profile on it and deploys on lm-xs-docs. (lm-xs's recipe with seed 1 instead learned no
     # lookup in 3,000 steps: held-out kv QA exact match 0, copy 0.02.)
-    "lm-xs-early": ZooSpec(
-        name="lm-xs-early", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
-        train=train_recipe(300, 1e-3, seed=1, eval_every=100),
-        data={"tasks": {"kv_retrieval": {"weight": 3, "n_docs": (4, 24), "pairs_per_doc": 1,
-                                         "gold_bias": "early"},
-                        "copy": {"weight": 1, "length": (8, 32)}},
-              "n_train": 6000, "n_eval": 64, "seed": 1},
-        seq_len=512, batch_size=8, init="lm-xs",
+    "lm-xs-early": _docs_tune(
+        "lm-xs-early", 300, seed=1, gold_bias="early",
         description="lm-xs fine-tuned 300 steps on multi-document QA with early gold documents; "
                     "measured: from a fresh cache's lm-xs 124 s, held-out exact match kv QA "
                     "0.98, copy 0.98; from the older cached lm-xs 153 s, 0.89 / 0.88 (its "
@@ -229,14 +236,8 @@ NAMED: dict[str, ZooSpec] = {
     # as its lookup emerged (a fresh cache's lm-xs: kv QA 0.19, TPR ~0.2 at every slot, and
     # GOLD PANNING never reached PSC's F1). 100 steps leave it imperfect, so that ordering
     # matters: at 300 steps (kv QA 0.97) one pass in the given order already answered 0.97.
-    "lm-xs-docs": ZooSpec(
-        name="lm-xs-docs", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
-        train=train_recipe(100, 1e-3, seed=3, eval_every=50),
-        data={"tasks": {"kv_retrieval": {"weight": 3, "n_docs": (4, 24), "pairs_per_doc": 1,
-                                         "gold_bias": "ends"},
-                        "copy": {"weight": 1, "length": (8, 32)}},
-              "n_train": 6000, "n_eval": 64, "seed": 3},
-        seq_len=512, batch_size=8, init="lm-xs",
+    "lm-xs-docs": _docs_tune(
+        "lm-xs-docs", 100, seed=3, gold_bias="ends",
         description="lm-xs fine-tuned 100 steps on multi-document QA with gold documents "
                     "favoured at both ends, GOLD PANNING's model; measured: 53 s of training, "
                     "held-out exact match kv QA 0.78, copy 0.86 (true-positive rate 0.60-0.92 "
