@@ -187,11 +187,15 @@ def train_recipe(steps: int, learning_rate: float, **overrides) -> dict:
             "checkpoint_every": 200, "eval_every": 250, **overrides}
 
 
+# lm-xs's architecture, shared by its fine-tunes (a fine-tune keeps its base's model config).
+_LM_XS = byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5)
+
+
 def _docs_tune(name: str, steps: int, seed: int, gold_bias: str, description: str) -> ZooSpec:
     """lm-xs fine-tuned on multi-document QA whose gold document is drawn with ``gold_bias``
     (:func:`lab.data.synthetic.kv_retrieval`), plus copy against forgetting."""
     return ZooSpec(
-        name=name, model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
+        name=name, model=_LM_XS,
         train=train_recipe(steps, 1e-3, seed=seed, eval_every=min(100, steps // 2)),
         data={"tasks": {"kv_retrieval": {"weight": 3, "n_docs": (4, 24), "pairs_per_doc": 1,
                                          "gold_bias": gold_bias},
@@ -209,7 +213,7 @@ NAMED: dict[str, ZooSpec] = {
         seq_len=64, batch_size=8,
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
     "lm-xs": ZooSpec(
-        name="lm-xs", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
+        name="lm-xs", model=_LM_XS,
         train=train_recipe(3000, 3e-3),
         data={"tasks": _tasks((128, 960)), "n_train": 40000, "n_eval": 64, "seed": 0},
         seq_len=1024, batch_size=8,
@@ -249,7 +253,7 @@ NAMED: dict[str, ZooSpec] = {
     # the base (see the description): from that earlier lm-xs needles reached only 0.42, flat
     # over the last 500 steps.
     "lm-xs-long": ZooSpec(
-        name="lm-xs-long", model=byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5),
+        name="lm-xs-long", model=_LM_XS,
         train=train_recipe(1500, 1e-3, seed=2, eval_every=100),
         data={"tasks": {
             "needle": {"weight": 3, "context_len": (512, 960), "n_needles": 3},
