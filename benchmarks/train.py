@@ -11,7 +11,9 @@ same weights; the benchmark checks that their first losses agree and that their
 losses still agree after the timed steps (same function, same optimizer).
 
 Timing, on this CPU in one process, torch on ``--threads`` threads (XLA uses the
-machine's cores, here 2, or one thread with ``--threads 1``):
+machine's cores, here 2, or one thread with ``--threads 1``). Both sides share the
+allocator settings ``import lab`` makes (:mod:`lab.host`; ``LAB_MALLOC=system`` to
+compare with glibc's defaults):
 
 * Lab: ``Trainer(model, sft_loss, config).fit(batch_fn)`` end to end (workdir
   None), after one identical warm-up fit that compiles the step, so each timed

@@ -1,3 +1,8 @@
 """Lab: a JAX/Flax research framework; nineteen NeurIPS 2026 methods on one core."""
 
+from lab import host
+
 __version__ = "0.1.0"
+
+# Before XLA's CPU threads first allocate: see lab.host (LAB_MALLOC=system to skip).
+MALLOC_TUNED = host.tune_malloc()
