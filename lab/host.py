@@ -1,14 +1,14 @@
 """The host process's memory allocator, set for XLA's CPU runtime.
 
 XLA's CPU runtime allocates an executable's large buffers (activations, logits,
-attention matrices) anew on every call. glibc's ``malloc`` serves a request over
-32 MiB, and one over 64 MiB from a worker thread's own arena, with a fresh
-``mmap``, and unmaps it on ``free``. So every training step page-faults those
-buffers back in, each page zero-filled by the kernel. Measured on a 2-core host:
-a jitted ``x * 2`` over 134 MB took 54 ms a call (33k page faults a call); tuned,
-14 ms (0 faults). ``benchmarks/train.py``'s step (d=256, batch 8 x 256) ran
-1.16-1.19x faster (interleaved runs); lm-xs's zoo step (d=128, batch 8 x 1024)
-did not change (626 vs 632 ms).
+attention matrices) anew on every call. glibc's ``malloc`` serves a request above
+its mmap threshold (which adapts up to 32 MiB), and one over 64 MiB from a worker
+thread's own arena, with a fresh ``mmap``, and unmaps it on ``free``. So every
+call page-faults those buffers back in, each page zero-filled by the kernel.
+Measured on a 2-core host: a jitted ``x * 2`` over 134 MB took 54 ms a call (33k
+page faults a call); tuned, 14 ms (0 faults). ``benchmarks/train.py``'s step
+(d=256, batch 8 x 256) ran 1.16-1.19x faster (interleaved runs); lm-xs's zoo step
+(d=128, batch 8 x 1024) did not change (626 vs 632 ms).
 
 :func:`tune_malloc` makes glibc serve every thread from the one main heap, never
 by ``mmap``, and keep freed memory instead of returning it to the system. A
