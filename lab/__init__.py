@@ -4,5 +4,5 @@ from lab import host
 
 __version__ = "0.1.0"
 
-# Before XLA's CPU threads first allocate: see lab.host (LAB_MALLOC=system to skip).
+# Before XLA's CPU threads first allocate; a no-op unless LAB_MALLOC=tuned (see lab.host).
 MALLOC_TUNED = host.tune_malloc()

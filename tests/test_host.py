@@ -1,4 +1,4 @@
-"""lab.host: with the tuned allocator, a jitted step stops page-faulting its large buffers."""
+"""lab.host: with LAB_MALLOC=tuned a jitted call stops page-faulting its large buffers."""
 
 import os
 import subprocess
@@ -51,11 +51,13 @@ def test_tuned_malloc_stops_page_faults_on_large_buffers():
 
 def test_unknown_mode_names_the_variable(monkeypatch):
     monkeypatch.setenv(host.ENV, "fast")
-    expected = r"LAB_MALLOC='fast'; expected one of \('tuned', 'system'\)"
+    expected = r"LAB_MALLOC='fast'; expected one of \('system', 'tuned'\)"
     with pytest.raises(ValueError, match=expected):
         host.tune_malloc()
 
 
-def test_system_mode_changes_nothing(monkeypatch):
+def test_glibcs_defaults_unless_asked(monkeypatch):
+    monkeypatch.delenv(host.ENV, raising=False)
+    assert host.mode() == "system" and host.tune_malloc() is False
     monkeypatch.setenv(host.ENV, "system")
     assert host.tune_malloc() is False
