@@ -80,7 +80,6 @@ from flax import nnx  # noqa: E402
 from transformers import Qwen3ForCausalLM  # noqa: E402
 
 import lab  # noqa: E402
-from lab import host  # noqa: E402
 from lab.hf import save_pretrained  # noqa: E402
 from lab.nn import Transformer, TransformerConfig  # noqa: E402
 from lab.train import TrainConfig, Trainer, make_optimizer, sft_loss  # noqa: E402
@@ -273,7 +272,7 @@ def main() -> None:
     print(f"model: Qwen3 {n_params / 1e6:.3f}M params, batch {b} x seq {t} = {tokens} tokens/step,"
           f" {steps} steps per timed run, best of {args.repeats}; torch threads "
           f"{torch.get_num_threads()}, jax devices {jax.devices()}, os.cpu_count {os.cpu_count()}")
-    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; LAB_MALLOC={host.mode()} (tuned: "
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; LAB_MALLOC={lab.host.mode()} (tuned: "
           f"{lab.MALLOC_TUNED}); load average at the end: {os.getloadavg()}")
     print(f"first loss  lab {lab_loss0:.6f}  torch {torch_loss0:.6f}")
     print(f"loss after {steps} updates  lab {lab_last:.6f}  torch {torch_last:.6f}")

@@ -51,10 +51,8 @@ def tune_malloc() -> bool:
     ``malloc``; returns whether it did (False by default or without glibc)."""
     if mode() == "system" or not sys.platform.startswith("linux"):
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        # glibc only (musl's mallopt accepts and ignores): it alone has gnu_get_libc_version.
-        mallopt, _ = libc.mallopt, libc.gnu_get_libc_version
-    except (OSError, AttributeError):
+    libc = ctypes.CDLL(None)
+    # glibc only: musl also has mallopt but ignores it; glibc alone has gnu_get_libc_version.
+    if not hasattr(libc, "gnu_get_libc_version"):
         return False
-    return all(mallopt(param, value) == 1 for param, value in _SETTINGS)
+    return all(libc.mallopt(param, value) == 1 for param, value in _SETTINGS)

@@ -37,7 +37,8 @@ def faults_per_call(mode: str) -> tuple[bool, float]:
     return out[0] == "True", float(out[1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="mallopt is glibc's: Linux hosts only")
 def test_tuned_malloc_stops_page_faults_on_large_buffers():
     tuned, tuned_faults = faults_per_call("tuned")
     system_tuned, system_faults = faults_per_call("system")
