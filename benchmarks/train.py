@@ -13,7 +13,7 @@ losses still agree after the timed steps (same function, same optimizer).
 Timing, on this CPU in one process, torch on ``--threads`` threads (XLA uses the
 machine's cores, here 2, or one thread with ``--threads 1``). Both sides share the
 process's allocator: glibc's defaults, or with ``LAB_MALLOC=tuned`` the settings of
-:mod:`lab.host` (Lab 1.16-1.19x faster, torch unchanged):
+:mod:`lab.host` (Lab 1.16-1.32x faster on the hosts measured, torch unchanged):
 
 * Lab: ``Trainer(model, sft_loss, config).fit(batch_fn)`` end to end (workdir
   None), after one identical warm-up fit that compiles the step, so each timed
