@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -39,6 +37,20 @@ def test_identifies_target_with_stated_probability_in_log_rounds():
     assert rounds[-1] > rounds[0], rounds  # a larger haystack costs rounds
 
 
+def test_stopping_belief_is_calibrated_for_a_strong_model():
+    """A model that follows the gold 80-90% of the time and a wrong document 8%: stopping at
+    belief 0.95 names the target at least 0.95 of the time (minus 3 standard errors over
+    2,000 searches). Reading each slot as an independent signal made one answer ~8x too
+    convincing here: 1.1 queries, 0.926 correct."""
+    n, b, thr = 16, 2000, 0.95
+    x = np.linspace(0.0, 1.0, n)
+    prof = gp.make_profile(0.8 + 0.1 * np.abs(2 * x - 1), np.full(n, 0.08 / (n - 1)))
+    gold = np.random.default_rng(n).integers(0, n, b)
+    r = gp.search(gp.simulated_query(prof, gold, seed=n), n, b, prof, threshold=thr, budget=100)
+    acc = float(np.mean(r.prediction == gold))
+    assert acc >= thr - 3 * np.sqrt(thr * (1 - thr) / b), (acc, r.queries.mean())
+
+
 def test_reaches_psc_accuracy_with_fewer_queries():
     n, b = 16, 300
     prof = lost_in_the_middle(n)
@@ -53,23 +65,26 @@ def test_reaches_psc_accuracy_with_fewer_queries():
     assert np.mean(single == gold) < acc - 0.3  # position bias hurts one pass
 
 
-def test_update_is_exact_bayes():
-    """The posterior equals brute-force enumeration of P(y | doc i gold) over independent
-    per-position signals, for every observation, to 1e-12."""
-    n = 5
+def test_update_is_exact_bayes_for_a_one_answer_model():
+    """The posterior from one answer equals Bayes' rule with P(answer | doc i gold) counted
+    from 200,000 answers of :func:`simulated_query` (the one-answer model) per hypothesis,
+    to 0.01, for every answer (a followed slot or none). The rates leave every hypothesis a
+    chance of no answer above the floor :func:`update` puts on it."""
+    n, draws = 5, 200_000
     rng = np.random.default_rng(0)
-    tpr, fpr = rng.uniform(0.3, 0.9, n), rng.uniform(0.01, 0.2, n)
+    tpr, fpr = rng.uniform(0.3, 0.85, n), rng.uniform(0.01, 0.02, n)
+    prof = gp.make_profile(tpr, fpr)
     prior = rng.dirichlet(np.ones(n))
     order = rng.permutation(n)
+    orders = np.tile(order, (draws, 1))
+    lik = np.zeros((n, n + 1))  # [gold doc, answer + 1]
+    for i in range(n):
+        answers = gp.simulated_query(prof, np.full(draws, i), seed=i)(np.arange(draws), orders)
+        lik[i] = np.bincount(answers + 1, minlength=n + 1) / draws
     for obs in range(-1, n):
-        lik = np.ones(n)
-        for i, p in itertools.product(range(n), range(n)):
-            y = obs == p
-            rate = tpr[p] if order[p] == i else fpr[p]
-            lik[i] *= rate if y else 1 - rate
-        want = prior * lik / np.sum(prior * lik)
+        want = prior * lik[:, obs + 1] / np.sum(prior * lik[:, obs + 1])
         got = np.exp(gp.update(np.log(prior)[None], order[None], np.array([obs]), tpr, fpr))[0]
-        np.testing.assert_allclose(got, want, atol=1e-12)
+        np.testing.assert_allclose(got, want, atol=0.01)
 
 
 def test_anchoring_puts_high_belief_at_diagnostic_positions():
