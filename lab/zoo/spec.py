@@ -236,7 +236,7 @@ NAMED: dict[str, ZooSpec] = {
         description="lm-xs fine-tuned 300 steps on multi-document QA with early gold documents; "
                     "measured: from a fresh cache's lm-xs 124 s, held-out exact match kv QA "
                     "0.98, copy 0.98; from the older cached lm-xs 153 s, 0.89 / 0.88 (its "
-                    "held-out QA is early-biased too)"),
+                    "held-out QA is early-biased too); on the AMD EPYC host 52 s, 0.91 / 0.92"),
     # lm-xs fine-tuned on multi-document QA whose gold document sits more often at either end
     # ("lost in the middle"): GOLD PANNING's model. lm-xs alone follows documents only as well
     # as its lookup emerged (a fresh cache's lm-xs: kv QA 0.19, TPR ~0.2 at every slot, and
@@ -247,7 +247,8 @@ NAMED: dict[str, ZooSpec] = {
         description="lm-xs fine-tuned 100 steps on multi-document QA with gold documents "
                     "favoured at both ends, GOLD PANNING's model; measured: 53 s of training, "
                     "held-out exact match kv QA 0.78, copy 0.86 (true-positive rate 0.60-0.92 "
-                    "over 16 slots, no clear dip in the middle)"),
+                    "over 16 slots, no clear dip in the middle); on the AMD EPYC host 25 s, kv QA "
+                    "0.86, copy 0.89"),
     # lm-xs fine-tuned on PRKV's evaluation tasks at PRKV's lengths (512-960 tokens), where
     # lm-xs's mixture spreads over 128-960 and 6 tasks: lm-xs (its earlier, stronger build)
     # answered PRKV's prompts at full cache with variable tracking 0.27, needles 0.09,
@@ -270,7 +271,8 @@ NAMED: dict[str, ZooSpec] = {
                      "host, from lm-xs as the current code trains it from scratch: 1,427 s, "
                      "held-out exact match needle 0.97, variable tracking 0.94, arithmetic 0.34, "
                      "copy 0.98; from the older cached lm-xs: 1,296 s, 0.42 / 0.72 / 0.17 / "
-                     "0.70")),
+                     "0.70; on the AMD EPYC host, from its lm-xs: 702 s, 0.33 / 0.77 / 0.27 / "
+                     "0.84")),
     "lm-s": ZooSpec(
         name="lm-s", model=byte_lm(192, 3, 6, 2, 576, 2048, qk_smear=5),
         train=train_recipe(4000, 2e-3),
