@@ -278,7 +278,10 @@ NAMED: dict[str, ZooSpec] = {
         train=train_recipe(4000, 2e-3),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12,
-        description="3 layers, d=192 (1.3M params), contexts up to 448 tokens; not yet measured"),
+        description=("3 layers, d=192 (1.3M params), contexts up to 448 tokens; measured on an "
+                     "AMD EPYC (AVX-512) 2-core host: 2,254 s, held-out exact match copy 0.97, "
+                     "kv QA 0.06, needle 0.08, variable tracking 0.06, arithmetic 0.05, "
+                     "associative recall 0: its lookup barely emerged (copy from step ~1,250)")),
     "lm-m": ZooSpec(
         name="lm-m", model=byte_lm(256, 4, 8, 2, 768, 4096, qk_smear=5),
         train=train_recipe(8000, 1.5e-3),
