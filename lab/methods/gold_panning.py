@@ -170,6 +170,12 @@ def diagnosticity(profile: Profile) -> np.ndarray:
     return np.asarray(profile.tpr) - np.asarray(profile.fpr)
 
 
+def _false_follow_scale(tpr_gold, others):
+    """``s = min(1, (1 - TPR(gold slot)) / others)``: the factor on the other slots' FPRs so a
+    one-answer model's follow probabilities sum to at most 1 (``others``: their FPR sum)."""
+    return np.minimum(1.0, (1 - tpr_gold) / np.maximum(others, 1e-300))
+
+
 def update(log_belief: np.ndarray, orders: np.ndarray, observed: np.ndarray, tpr: np.ndarray,
            fpr: np.ndarray) -> np.ndarray:
     """Bayes' rule for one query per row; returns the normalised log posterior [B, N].
@@ -188,7 +194,7 @@ def update(log_belief: np.ndarray, orders: np.ndarray, observed: np.ndarray, tpr
     pos_of_doc = np.argsort(orders, axis=1)            # inverse permutation
     t = tpr[pos_of_doc]
     others = fpr.sum() - fpr[pos_of_doc]               # false-follow mass of the other slots
-    scale = np.minimum(1.0, (1 - t) / np.maximum(others, 1e-300))
+    scale = _false_follow_scale(t, others)
     followed_other = scale * fpr[np.maximum(observed, 0)]
     none = np.maximum(1 - t - scale * others, fpr.min())
     lik = np.where(pos_of_doc == observed, t, np.where(observed >= 0, followed_other, none))
@@ -341,7 +347,7 @@ def simulated_query(profile: Profile, gold: np.ndarray, seed: int = 0) -> Query:
         g = np.argmax(orders == gold[rows][:, None], axis=1)
         p = np.tile(fpr, (m, 1))
         p[np.arange(m), g] = 0.0
-        scale = np.minimum(1.0, (1 - tpr[g]) / np.maximum(p.sum(1), 1e-12))
+        scale = _false_follow_scale(tpr[g], p.sum(1))
         p *= scale[:, None]
         p[np.arange(m), g] = tpr[g]
         p = np.concatenate([p, 1 - p.sum(1, keepdims=True)], axis=1)
