@@ -6,7 +6,9 @@ Run:
 The fields mirror :class:`lab.zoo.ZooSpec`: ``model`` (every
 ``lab.nn.TransformerConfig`` field), ``train`` (``lab.train.TrainConfig``
 fields), ``data`` (the ``lab.data.mixture`` tasks, example counts, seed),
-``seq_len``, ``batch_size``, ``pack``, ``prompt_weight``. Presets start from a named zoo spec:
+``seq_len``, ``batch_size``, ``pack``, ``prompt_weight``, ``init`` (a named zoo model
+whose trained weights start training, loaded or trained first; lm-xs starts from
+lm-xs-copy). Presets start from a named zoo spec:
 ``test`` = lm-test, ``default`` = lm-xs, ``paper`` = lm-m; override any field
 with ``--config.train.steps=...``. Checkpoints go to ``<workdir>/train``; rerunning
 in the same workdir resumes from the latest one.
@@ -35,4 +37,5 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.batch_size = spec["batch_size"]
     c.pack = spec["pack"]
     c.prompt_weight = spec["prompt_weight"]
+    c.init = spec["init"]  # a named zoo model whose weights start training; "" = random init
     return c

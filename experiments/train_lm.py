@@ -3,9 +3,10 @@
   python -m experiments.train_lm --config=configs/train_lm.py:test --workdir=/tmp/train_lm
 
 Writes ``config.json``, ``results.json`` (final loss, per-task train and held-out
-accuracy, resume step), ``report.md``, ``loss.png``. Checkpoints and metrics live
-in ``<workdir>/train`` (``lab.train.Trainer``); running again in the same
-workdir resumes from the latest checkpoint instead of starting over.
+accuracy, resume step), ``report.md``, ``loss.png``. A config with ``init`` (lm-xs:
+``lm-xs-copy``) starts from that zoo model, trained and cached first if needed.
+Checkpoints and metrics live in ``<workdir>/train`` (``lab.train.Trainer``); running
+again in the same workdir resumes from the latest checkpoint instead of starting over.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 
 from configs.train_lm import get_config
-from lab import launch
+from lab import launch, zoo
 from lab.config import check_preset, validate
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
 from lab.train import TrainConfig
@@ -33,10 +34,13 @@ def check_config(config) -> ZooSpec:
     d = config.to_dict()
     TrainConfig.from_dict(d["train"])  # raises ValueError naming a bad training field
     try:
-        return ZooSpec.from_dict({k: d[k] for k in ("name", "model", "train", "data", "seq_len",
-                                                     "batch_size", "pack", "prompt_weight")})
+        spec = ZooSpec.from_dict({k: d[k] for k in ("name", "model", "train", "data", "seq_len",
+                                                     "batch_size", "pack", "prompt_weight",
+                                                     "init")})
     except TypeError as e:  # a TransformerConfig field of the wrong kind
         raise ValueError(f"config.model is invalid: {e}") from e
+    spec.base()  # raises ValueError for an unknown init or one with another model config
+    return spec
 
 
 def _mean(accs: dict, key: str) -> float:
@@ -51,7 +55,8 @@ def run(config, workdir: str) -> dict:
     ckpt_dir = os.path.join(train_dir, "checkpoints")
     resumed = max((int(s) for s in os.listdir(ckpt_dir) if s.isdigit()), default=0) \
         if os.path.isdir(ckpt_dir) else 0
-    _, metrics = train_model(spec, train_dir, progress=True)
+    init = zoo.load_spec(spec.base())[0] if spec.init else None
+    _, metrics = train_model(spec, train_dir, progress=True, init=init)
     curve = metrics["loss_curve"]
     first, final = (curve[0][1], curve[-1][1]) if curve else (float("nan"),) * 2
     held_out = _mean(metrics["held_out"], "answer_accuracy")

@@ -44,6 +44,8 @@ def test_trains_then_resumes_from_the_checkpoint(tmp_path):
     (lambda c: c.__setitem__("epochs", 3), "unknown config keys ['epochs']"),
     (lambda c: c.train.__setitem__("steps", 0), "config.train.steps=0 is invalid"),
     (lambda c: c.model.__setitem__("d_model", "big"), "config.model.d_model='big' has type str"),
+    (lambda c: c.__setitem__("init", "lm-nope"), "ZooSpec.init='lm-nope' is unknown"),
+    (lambda c: c.__setitem__("init", "lm-xs"), "ZooSpec.init='lm-xs' has another model config"),
 ])
 def test_bad_config_fails_before_training(tmp_path, edit, needle):
     c = ml_collections.ConfigDict(get_config("test").to_dict(), type_safe=False)

@@ -66,6 +66,17 @@ def test_a_fine_tune_starts_from_its_base(cache):
         ft.replace(init="lm-xs").digest()
 
 
+@pytest.mark.parametrize("name", ["lm-xs", "lm-s"])
+def test_named_models_grow_induction_on_copy_first(name):
+    """lm-xs and lm-s start from a copy-only stage of their own architecture: from scratch on
+    the mixture lm-xs sat on its plateau through step 1,500, from the stage it learns its
+    lookup in a few hundred steps (lab.zoo.spec._copy_stage, measured)."""
+    stage = zoo.get_spec(name).base()
+    assert stage is zoo.get_spec(f"{name}-copy") and stage.base() is None
+    assert list(stage.data["tasks"]) == ["copy"]
+    assert stage.model == zoo.get_spec(name).model
+
+
 def test_metrics_are_recorded(cache):
     m = zoo.metrics(TINY)
     assert m["final_loss"] < 0.75 * math.log(ByteTokenizer.vocab_size)  # it learned something

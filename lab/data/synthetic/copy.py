@@ -5,10 +5,13 @@ tracking) through induction heads: attend to the earlier occurrence of the
 current token and copy what followed it (Olsson et al. 2022, "In-context
 learning and induction heads"). Every completion token of this task is such a
 copy, so it gives that circuit a dense training signal, where the retrieval
-tasks give a few tokens per long example. Mixed into lm-xs's data, it took the
-2-layer model through the induction phase change at about 1,000 steps (held-out
-copy exact match 1.0 after 4,000); key lookup, which needs several characters
-matched at once, had not followed by then.
+tasks give a few tokens per long example. Measured on lm-xs's 2-layer d=128
+model (batch 8 x 512, AdamW 3e-3): trained on copy alone, held-out copy exact
+match is 0.48 at step 200 and 0.97 at 400; mixed 1:2 with multi-query
+associative recall it stayed at 0 through step 600 (at learning rate 3e-3 and
+1e-2 alike), and in lm-xs's six-task mixture
+the whole model sat on its plateau through step 1,500 of 3,000. So the zoo grows
+the circuit on copy first (``lm-xs-copy``), then trains the mixture from it.
 """
 
 from __future__ import annotations
