@@ -235,11 +235,6 @@ NAMED: dict[str, ZooSpec] = {
               "n_eval": 32, "seed": 0},
         seq_len=64, batch_size=8,
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
-    # lm-xs's first stage. On lm-xs's mixture from scratch the model sat on its plateau
-    # (loss ~1.5-2, no held-out example right, copy included) through step 1,500 of 3,000;
-    # copy and MQAR alone, 600 steps, stayed there too. Copy alone grows the induction
-    # circuit by step ~200 (held-out copy 0.48 at 200, 0.97 at 400), and from it the mixture
-    # learns its lookup at once (kv QA 0.64 after 200 steps): see lm-xs.
     "lm-xs-copy": _copy_stage(
         "lm-xs", _LM_XS, 3e-3,
         measured="98 s, held-out copy exact match 0.95 (0.48 at step 200)"),
