@@ -215,6 +215,9 @@ def _copy_stage(base: str, model: TransformerConfig, learning_rate: float,
     example right, copy included) through step 1,500 of 3,000, and copy with MQAR alone
     stayed there through 600. Copy alone grows the induction circuit by step ~200
     (:mod:`lab.data.synthetic.copy`), and from it the mixture learns its lookup at once.
+    With seed 1 for weights and data, where the from-scratch recipe learned no lookup in
+    3,000 steps, lm-xs-copy reached held-out copy 0.91 at step 200, and 300 steps of the
+    mixture from it gave kv QA 0.64, variable tracking 0.28, needle 0.25.
     """
     return ZooSpec(
         name=f"{base}-copy", model=model,
