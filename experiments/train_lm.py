@@ -55,8 +55,7 @@ def run(config, workdir: str) -> dict:
     ckpt_dir = os.path.join(train_dir, "checkpoints")
     resumed = max((int(s) for s in os.listdir(ckpt_dir) if s.isdigit()), default=0) \
         if os.path.isdir(ckpt_dir) else 0
-    init = zoo.load_spec(spec.base())[0] if spec.init else None
-    _, metrics = train_model(spec, train_dir, progress=True, init=init)
+    _, metrics = train_model(spec, train_dir, progress=True, init=zoo.load_base(spec))
     curve = metrics["loss_curve"]
     first, final = (curve[0][1], curve[-1][1]) if curve else (float("nan"),) * 2
     held_out = _mean(metrics["held_out"], "answer_accuracy")

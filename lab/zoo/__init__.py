@@ -88,8 +88,7 @@ def load_spec(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = Tr
                 raise
             moved = quarantine(entry_path(spec))
             logging.warning("zoo: %s; moved it to %s and retraining", e, moved)
-        base = spec.base()
-        init = load_spec(base, on_corrupt=on_corrupt, progress=progress)[0] if base else None
+        init = load_base(spec, on_corrupt=on_corrupt, progress=progress)
         workdir = os.path.join(zoo_dir(), f".work-{key}")
         model, metrics = train_model(spec, workdir, progress=progress, init=init)
         TRAININGS[key] += 1
@@ -97,6 +96,13 @@ def load_spec(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = Tr
                                  "format": ZOO_FORMAT}, metrics)
         shutil.rmtree(workdir, ignore_errors=True)
     return model, ByteTokenizer()
+
+
+def load_base(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = True):
+    """The trained model of ``spec.init`` (loaded, or trained and cached first), whose weights
+    start ``spec``'s training; None for a spec without a base."""
+    base = spec.base()
+    return load_spec(base, on_corrupt=on_corrupt, progress=progress)[0] if base else None
 
 
 def load(name: str, *, on_corrupt: str = "retrain", progress: bool = True):
@@ -116,5 +122,5 @@ def metrics(spec: ZooSpec | str) -> dict:
 
 __all__ = [
     "NAMED", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root", "entry_path",
-    "evaluate", "get_spec", "list", "load", "load_spec", "metrics", "train_recipe",
+    "evaluate", "get_spec", "list", "load", "load_base", "load_spec", "metrics", "train_recipe",
 ]

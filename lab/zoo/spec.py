@@ -211,13 +211,12 @@ def _copy_stage(base: str, model: TransformerConfig, learning_rate: float,
                 measured: str) -> ZooSpec:
     """``<base>-copy``, the first stage of ``base``: 600 steps of copy alone (rows of 512).
 
-    On lm-xs's mixture from scratch lm-xs sat on its plateau (loss ~1.5-2, no held-out
-    example right, copy included) through step 1,500 of 3,000, and copy with MQAR alone
-    stayed there through 600. Copy alone grows the induction circuit by step ~200
-    (:mod:`lab.data.synthetic.copy`), and from it the mixture learns its lookup at once.
-    With seed 1 for weights and data, where the from-scratch recipe learned no lookup in
-    3,000 steps, lm-xs-copy reached held-out copy 0.91 at step 200, and 300 steps of the
-    mixture from it gave kv QA 0.64, variable tracking 0.28, needle 0.25.
+    Copy alone grows the induction circuit by step ~200, where the mixture (or copy with
+    MQAR) holds it on its plateau (measured in :mod:`lab.data.synthetic.copy`), and from it
+    the mixture learns its lookup at once. With seed 1 for weights and data, where the
+    from-scratch recipe learned no lookup in 3,000 steps, lm-xs-copy reached held-out copy
+    0.91 at step 200, and 300 steps of the mixture from it gave kv QA 0.64, variable
+    tracking 0.28, needle 0.25.
     """
     return ZooSpec(
         name=f"{base}-copy", model=model,
