@@ -5,7 +5,10 @@ a sharded ``model.safetensors.index.json`` with the shards it names (the layout
 ``transformers``' ``save_pretrained`` writes). Tensors are read through
 safetensors' numpy API, so loading needs no torch. Hugging Face ``nn.Linear``
 weights are ``[out, in]``; NNX ``Linear`` kernels are ``[in, out]``, so every
-projection is transposed on the way in and out.
+projection is transposed on the way in and out. Lab's fused projections
+(``attn.qkv`` and ``mlp.gate_up``) are assembled from ``q/k/v_proj`` and
+``gate/up_proj`` on load and split back into them on save, so checkpoint files
+keep Hugging Face's names.
 
 The model is first built abstractly (``nnx.eval_shape``, no random init, no
 memory) and then filled with the checkpoint's arrays through
@@ -34,7 +37,7 @@ from safetensors.numpy import save_file
 
 from lab import parallel
 from lab.hf.config import config_from_hf, config_to_hf, o_bias_expected
-from lab.nn import Transformer, TransformerConfig
+from lab.nn import Transformer, TransformerConfig, fuse_qkv, split_qkv
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -43,11 +46,14 @@ _SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
 
 
 class Entry(NamedTuple):
-    """One checkpoint tensor: its Hugging Face name, its Lab parameter path, whether transposed."""
+    """One checkpoint tensor: its Hugging Face name, its Lab parameter path, whether
+    transposed, and which part of a fused Lab parameter it is (``"q"``, ``"k"``,
+    ``"v"`` of ``attn.qkv``; ``"gate"``, ``"up"`` of ``mlp.gate_up``; None = the whole)."""
 
     hf_name: str
     lab_path: tuple
     transpose: bool
+    part: str | None = None
 
 
 def tensor_map(config: TransformerConfig) -> list[Entry]:
@@ -55,18 +61,21 @@ def tensor_map(config: TransformerConfig) -> list[Entry]:
     out = [Entry("model.embed_tokens.weight", ("embed", "embedding"), False)]
     for i in range(config.n_layers):
         hf, lab = f"model.layers.{i}.", ("layers", i)
-        for name in ("q", "k", "v", "o"):
-            out.append(Entry(f"{hf}self_attn.{name}_proj.weight",
-                             (*lab, "attn", name, "kernel"), True))
-            if config.qkv_bias and name != "o":
-                out.append(Entry(f"{hf}self_attn.{name}_proj.bias", (*lab, "attn", name, "bias"),
-                                 False))
+        for name in ("q", "k", "v"):
+            out.append(Entry(f"{hf}self_attn.{name}_proj.weight", (*lab, "attn", "qkv", "kernel"),
+                             True, name))
+            if config.qkv_bias:
+                out.append(Entry(f"{hf}self_attn.{name}_proj.bias", (*lab, "attn", "qkv", "bias"),
+                                 False, name))
+        out.append(Entry(f"{hf}self_attn.o_proj.weight", (*lab, "attn", "o", "kernel"), True))
         if config.qk_norm:
             for name in ("q_norm", "k_norm"):
                 out.append(Entry(f"{hf}self_attn.{name}.weight", (*lab, "attn", name, "weight"),
                                  False))
-        for name in ("gate", "up", "down"):
-            out.append(Entry(f"{hf}mlp.{name}_proj.weight", (*lab, "mlp", name, "kernel"), True))
+        for name in ("gate", "up"):
+            out.append(Entry(f"{hf}mlp.{name}_proj.weight", (*lab, "mlp", "gate_up", "kernel"),
+                             True, name))
+        out.append(Entry(f"{hf}mlp.down_proj.weight", (*lab, "mlp", "down", "kernel"), True))
         out.append(Entry(f"{hf}input_layernorm.weight", (*lab, "attn_norm", "weight"), False))
         out.append(Entry(f"{hf}post_attention_layernorm.weight", (*lab, "mlp_norm", "weight"),
                          False))
@@ -74,6 +83,36 @@ def tensor_map(config: TransformerConfig) -> list[Entry]:
     if not config.tie_embeddings:
         out.append(Entry("lm_head.weight", ("lm_head", "kernel"), True))
     return out
+
+
+def _part_shape(config: TransformerConfig, e: Entry) -> tuple:
+    """The Lab-side (``[in, out]``) shape of one part of a fused parameter."""
+    c = config
+    width = {"q": c.n_heads * c.head_dim, "k": c.n_kv_heads * c.head_dim,
+             "v": c.n_kv_heads * c.head_dim, "gate": c.d_ff, "up": c.d_ff}[e.part]
+    return (width,) if e.lab_path[-1] == "bias" else (c.d_model, width)
+
+
+def _fuse(config: TransformerConfig, path: tuple, parts: dict) -> np.ndarray:
+    """The fused parameter at ``path`` from its parts (see :class:`lab.nn.Attention`)."""
+    if path[-2] == "gate_up":
+        return np.stack([parts["gate"], parts["up"]], axis=1)
+    if path[-1] == "bias":
+        q, k, v = (parts[n][None] for n in "qkv")
+        return np.asarray(fuse_qkv(q, k, v, config=config))[0]
+    return np.asarray(fuse_qkv(parts["q"], parts["k"], parts["v"], config=config))
+
+
+def _split(config: TransformerConfig, path: tuple, value) -> dict:
+    """The parts of the fused parameter ``value`` at ``path`` (inverse of :func:`_fuse`)."""
+    value = np.asarray(value)
+    if path[-2] == "gate_up":
+        return {"gate": value[:, 0], "up": value[:, 1]}
+    if path[-1] == "bias":
+        return {n: a[0] for n, a in zip("qkv", split_qkv(value[None], config=config),
+                                        strict=True)}
+    return dict(zip("qkv", (np.asarray(a) for a in split_qkv(value, config=config)),
+                    strict=True))
 
 
 def read_config(path: str) -> dict:
@@ -179,14 +218,22 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
                 raise ValueError(f"tensor {name!r} is nonzero (max |b| = "
                                  f"{float(np.abs(bias.astype(np.float32)).max()):.3g}); "
                                  "lab.nn.Transformer has no attention output bias")
+        pending: dict[tuple, dict] = {}
         for e in entries:
             target = _get(values, e.lab_path)
-            want = tuple(target.shape[::-1]) if e.transpose else tuple(target.shape)
+            shape = _part_shape(config, e) if e.part else tuple(target.shape)
+            want = shape[::-1] if e.transpose else shape
             array = handles[files[e.hf_name]].get_tensor(e.hf_name)
             if tuple(array.shape) != want:
                 raise ValueError(f"tensor {e.hf_name!r}: expected shape {want} from config.json, "
                                  f"found {tuple(array.shape)} in the checkpoint")
             array = np.asarray(array.T if e.transpose else array, dtype=config.jnp_dtype)
+            if e.part:  # a part of q/k/v or gate/up: placed once all its parts are read
+                parts = pending.setdefault(e.lab_path, {})
+                parts[e.part] = array
+                if len(parts) < (2 if e.lab_path[-2] == "gate_up" else 3):
+                    continue
+                array = _fuse(config, e.lab_path, pending.pop(e.lab_path))
             if mesh is None:
                 _set(values, e.lab_path, jnp.asarray(array))
                 continue
@@ -254,9 +301,13 @@ def save_pretrained(model: Transformer, path: str | os.PathLike, *, model_type: 
         raise ValueError(f"{len(spread)} parameters span several hosts; save_pretrained writes "
                          "from one host: gather them first (jax.experimental.multihost_utils."
                          "process_allgather) or save with orbax")
-    tensors = {}
+    tensors, split = {}, {}
     for e in tensor_map(config):
         array = np.asarray(_get(values, e.lab_path))
+        if e.part:
+            if e.lab_path not in split:
+                split[e.lab_path] = _split(config, e.lab_path, array)
+            array = split[e.lab_path][e.part]
         tensors[e.hf_name] = np.ascontiguousarray(array.T if e.transpose else array)
     if o_bias_expected(hf):  # Llama/Qwen3 attention_bias also biases o_proj; Lab's is zero
         dt = tensors["model.norm.weight"].dtype

@@ -16,8 +16,8 @@ and never attended; the ``i``-th new token of row ``b`` sits at position
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -27,13 +27,16 @@ from flax import nnx
 
 from lab.infer import decode, sampling
 from lab.infer import policies as policies_lib
+from lab.infer.options import GENERATE_CAPTURES, Eviction, GenerateOptions
 from lab.nn import KVCache, Transformer, check_tokens
+from lab.nn.cache import check_cache
 
-GENERATE_CAPTURES = ("hidden", "last_hidden")
+__all__ = ["GENERATE_CAPTURES", "Generation", "GenerateOptions", "as_batch",
+           "continue_generation", "generate", "generate_memory", "prefill", "score"]
 
 
 class Generation(NamedTuple):
-    """What :func:`generate` returns.
+    """What :func:`generate` and :func:`continue_generation` return.
 
     tokens:   ``[B, N]`` int32 generated ids (``N = max_new_tokens``); after a
               row's stop token (which is included) the row holds ``pad_id``.
@@ -45,12 +48,16 @@ class Generation(NamedTuple):
               with ``capture=("last_hidden",)`` ``[B, N, D]``, the last block's
               output only. Zero after the stop.
     lengths:  ``[B]`` int32 number of generated tokens per row (stop token included).
+    cache:    with ``return_cache=True``, the :class:`KVCache` holding the prompt and
+              every generated token (the last one included), ready for
+              :func:`continue_generation`; None otherwise.
     """
 
     tokens: jax.Array
     logprobs: jax.Array
     hidden: jax.Array | None
     lengths: jax.Array
+    cache: KVCache | None = None
 
 
 def as_batch(tokens, lengths=None, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -84,39 +91,78 @@ def as_batch(tokens, lengths=None, pad_id: int = 0) -> tuple[np.ndarray, np.ndar
 class _Plan(NamedTuple):
     tokens: np.ndarray
     lengths: np.ndarray
-    policy: policies_lib.Policy
     budget: np.ndarray
-    capacity: int
-    window: int
-    kwargs: tuple
     question_lengths: np.ndarray
+    eviction: Eviction
 
 
-def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, max_new,
-          policy_kwargs, question_lengths=None) -> _Plan:
-    """Validates the request on host and sizes the cache."""
+def _budgets(lengths, ratio, budget, context, compress_every) -> np.ndarray:
+    """Entries kept per KV head of each row: kvpress's ``int(T * (1 - ratio))``, or
+    ``min(budget, T)`` for an absolute ``budget`` (``lengths``: the tokens each row's
+    cache holds after the chunk; ``context``: the most it can ever hold)."""
+    if budget is None:
+        return np.array(policies_lib.budgets(lengths, ratio), np.int32)
+    if ratio:
+        raise ValueError(f"ratio={ratio!r} and budget={budget!r}; pass one of them")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise ValueError(f"budget={budget!r}; expected an int >= 1 (KV entries per head)")
+    if budget > context:
+        what = "prompt + max_new_tokens" if compress_every else "the longest prompt"
+        raise ValueError(f"budget={budget} exceeds the context of {context} tokens ({what}); "
+                         f"expected at most {context}")
+    return np.minimum(np.asarray(lengths), budget).astype(np.int32)
+
+
+def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", ratio=0.0,
+          budget=None, capacity=None, max_new=0, policy_kwargs=(), question_lengths=None,
+          compress_every=None, held=None, start=None) -> _Plan:
+    """Validates a request on host and sizes the cache.
+
+    ``held [B]``, ``start [B]``: for :func:`continue_generation`, the entries the cache
+    already holds and each row's next position (None for a prompt).
+    """
     cfg = model.config
     tokens, lengths = as_batch(tokens, lengths, pad_id)
     check_tokens(tokens, cfg.vocab_size)
     if not isinstance(pad_id, int) or not 0 <= pad_id < cfg.vocab_size:
         raise ValueError(f"pad_id={pad_id!r}; expected an id in [0, {cfg.vocab_size})")
     pol = policies_lib.get(policy)
-    kept = policies_lib.budgets(lengths, ratio)
-    evicts = pol.evicts and ratio > 0
-    budget = np.array(kept if evicts else lengths, np.int32)
-    longest = int(lengths.max())
+    if compress_every is not None:
+        if not isinstance(compress_every, int) or isinstance(compress_every, bool) \
+                or compress_every < 1:
+            raise ValueError(f"compress_every={compress_every!r}; expected an int >= 1 "
+                             "(new tokens between compressions) or None")
+        if "attn" in pol.needs:
+            raise ValueError(f"policy {policy!r} needs the prompt's full attention graph "
+                             "(Stats.attn), which decoding does not keep; compress_every "
+                             "works with policies that score from queries, attention column "
+                             "sums, keys or positions")
+    held = np.zeros_like(lengths) if held is None else np.asarray(held, np.int32)
+    start = np.zeros_like(lengths) if start is None else np.asarray(start, np.int32)
+    longest = int(np.max(start + lengths))
     if longest + max_new > cfg.max_len:
         raise ValueError(f"prompt length {longest} + max_new_tokens {max_new} = "
                          f"{longest + max_new} exceeds TransformerConfig.max_len={cfg.max_len}")
     if tokens.shape[1] > cfg.max_len:
         raise ValueError(f"padded prompt length {tokens.shape[1]} exceeds "
                          f"TransformerConfig.max_len={cfg.max_len}")
-    need = int(budget.max()) + max_new
+    evicts = pol.evicts and (bool(ratio) or budget is not None)
+    total = held + lengths                               # entries after the chunk, per row
+    context = int(total.max()) + (max_new if compress_every else 0)
+    kept = _budgets(total, ratio, budget, context, compress_every)
+    after = kept if evicts else total
+    # While decoding, the cache holds the kept entries plus what was generated since
+    # the last compression (every new token when compress_every is unset); writing a
+    # padded chunk onto a held cache needs held + T slots first.
+    grow = min(compress_every, max_new) if (evicts and compress_every) else max_new
+    need = int(after.max()) + grow
+    if held.any():
+        need = max(need, int(held.max()) + tokens.shape[1])
     if capacity is None:
         capacity = need
     elif not isinstance(capacity, int) or capacity < need:
         raise ValueError(f"capacity={capacity!r} is below the {need} cache slots needed "
-                         f"(kept prompt entries {int(budget.max())} + max_new_tokens {max_new})")
+                         f"(kept entries {int(after.max())} + max_new_tokens {max_new})")
     kwargs = dict(policy_kwargs)
     window = int(kwargs.pop("window", pol.window))
     if question_lengths is None:
@@ -132,86 +178,88 @@ def _plan(model: Transformer, tokens, lengths, pad_id, policy, ratio, capacity, 
                              f"row's prompt length {lengths.tolist()}]"
                              + (f" and at most window={window} (pass a larger window=)"
                                 if observed else ""))
-    return _Plan(tokens, lengths, pol if evicts else None, budget, capacity, window,
-                 tuple(sorted(kwargs.items())), qlens.astype(np.int32))
+    eviction = Eviction(pol if evicts else None, tuple(sorted(kwargs.items())), window,
+                        capacity, compress_every if evicts else None)
+    return _Plan(tokens, lengths, after.astype(np.int32), qlens.astype(np.int32), eviction)
 
 
-def _window_queries(model: Transformer, hidden, lengths, window: int, qlens=None):
-    """Queries after smear, q-norm and RoPE of each row's last ``window`` prompt tokens:
-    ``([L, B, H, W, hd], positions [B, W])`` (position -1 where the row is shorter, or
-    before the row's last ``qlens[b]`` tokens: its question)."""
-    t = hidden.shape[2]
+def _window(queries, positions, lengths, window: int, qlens):
+    """The last ``window`` valid queries of each row of a chunk: ``([L, B, H, W, hd],
+    positions [B, W])``, position -1 where the row is shorter, or before the row's
+    last ``qlens[b]`` tokens (its question)."""
+    t = queries.shape[3]
     w = min(window, t)
-    before = model.config.qk_smear  # the tokens a smeared query mixes in
-    idx = lengths[:, None] - w - before + jnp.arange(w + before, dtype=jnp.int32)[None, :]
-    qpos = jnp.where(idx >= 0, idx, -1)
-    take = jnp.clip(idx, 0)[..., None]
-    qs = []
-    for i, layer in enumerate(model.layers):
-        h = jnp.take_along_axis(hidden[i], take, axis=1)
-        q, _, _ = layer.attn.project(layer.attn_norm(h), qpos)
-        qs.append(q[:, :, before:])
-    qpos = qpos[:, before:]
+    idx = lengths[:, None] - w + jnp.arange(w, dtype=jnp.int32)[None, :]
+    take = jnp.clip(idx, 0)
+    q = jnp.take_along_axis(queries, take[None, :, None, :, None], axis=3)
+    qpos = jnp.where(idx >= 0, jnp.take_along_axis(positions, take, axis=1), -1)
     if qlens is not None:
-        qpos = jnp.where(qpos >= (lengths - qlens)[:, None], qpos, -1)
-    return jnp.stack(qs), qpos
+        qpos = jnp.where(idx >= (lengths - qlens)[:, None], qpos, -1)
+    return q, qpos
 
 
-def _prefill(model: Transformer, tokens, lengths, budget, *, policy, kwargs, window, capacity,
-             hidden: bool, qlens=None):
-    """Prompt forward writing the cache, then the policy, then the final capacity
-    (``qlens [B]``: each row's question length, see :func:`prefill`).
+def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, *,
+            eviction: Eviction, stats: tuple[str, ...] = (), hidden: bool = False):
+    """Feeds a right-padded chunk ``tokens [B, T]`` (``lengths [B]`` valid) onto
+    ``cache``, then applies the policy (``budget [B]`` entries kept per KV head) and
+    resizes to the plan's capacity. A prompt is a chunk on an empty cache.
 
-    Returns ``(logits [B, T, V], cache, hidden [L+1, B, T, D] or None)``.
+    Returns ``(logits [B, T, V], cache, Stats or None, hidden [L+1, B, T, D] or None)``;
+    the Stats (of the chunk's queries over the cache before eviction) hold what the
+    policy needs and the names in ``stats``.
     """
     b, t = tokens.shape
-    slot = jnp.arange(t, dtype=jnp.int32)
+    slot = jnp.arange(t, dtype=jnp.int32)[None, :]
+    start = cache.next_positions
     # Padding gets position -1: it is written as an empty slot and, as a query,
     # attends to nothing, so it adds nothing to the attention statistics.
-    positions = jnp.where(slot[None, :] < lengths[:, None], slot[None, :], -1)
-    needs = policy.needs if policy is not None else ()
-    capture = tuple(n for n in ("attn", "attn_colsum") if n in needs)
-    if hidden or "queries" in needs:
+    positions = jnp.where(slot < lengths[:, None], start[:, None] + slot, -1)
+    want = set(eviction.needs) | set(stats)
+    capture = tuple(n for n in ("attn", "attn_colsum", "queries") if n in want)
+    if hidden:
         capture += ("hidden",)
-    cache = KVCache.init(model.config, b, t)
-    out = model(tokens, positions=positions, cache=cache, capture=capture)
-    logits, cache = out[0], out[1]
-    inter = out[2] if capture else None
-    cache = cache._replace(length=lengths)
-    if policy is not None:
+    logits, new, inter = model(tokens, positions=positions, cache=cache, capture=capture) \
+        if capture else (*model(tokens, positions=positions, cache=cache), None)
+    new = new._replace(length=cache.length + lengths, next_position=start + lengths)
+    out = None
+    if want:
         queries = qpos = None
-        if "queries" in needs:
-            queries, qpos = _window_queries(model, inter.hidden, lengths, window, qlens)
-        stats = policies_lib.Stats(
-            lengths=lengths,
-            attn_colsum=inter.attn_colsum if "attn_colsum" in needs else None,
+        if "queries" in want:
+            queries, qpos = _window(inter.queries, positions, lengths, eviction.window, qlens)
+        out = policies_lib.Stats(
+            lengths=new.next_position,
+            attn_colsum=inter.attn_colsum if "attn_colsum" in want else None,
             queries=queries, query_positions=qpos,
-            attn=inter.attn if "attn" in needs else None)
-        cache = policy(cache, stats, budget, **dict(kwargs))
-    cache = policies_lib.resize(cache, capacity)
-    return logits, cache, (inter.hidden if hidden else None)
+            attn=inter.attn if "attn" in want else None)
+    if eviction.policy is not None:
+        new = eviction.policy(new, out, budget, **dict(eviction.kwargs))
+    new = policies_lib.resize(new, eviction.capacity)
+    return logits, new, out, (inter.hidden if hidden else None)
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("policy", "kwargs", "window", "capacity"))
-def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, *, policy, kwargs, window,
-                 capacity):
+def _empty(model: Transformer, b: int, t: int) -> KVCache:
+    return KVCache.init(model.config, b, t)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("eviction", "stats"))
+def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, *, eviction, stats):
     model = nnx.merge(graphdef, state)
-    logits, cache, _ = _prefill(model, tokens, lengths, budget, policy=policy, kwargs=kwargs,
-                                window=window, capacity=capacity, hidden=False, qlens=qlens)
-    return logits, cache
+    logits, cache, st, _ = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budget,
+                                   qlens, eviction=eviction, stats=stats)
+    return logits, cache, st
 
 
 def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 0.0,
-            capacity: int | None = None, lengths=None, pad_id: int = 0,
-            question_lengths=None, **policy_kwargs) -> tuple[jax.Array, KVCache]:
-    """Runs the prompt and returns ``(logits [B, T, V], cache)``.
+            budget: int | None = None, capacity: int | None = None, lengths=None,
+            pad_id: int = 0, question_lengths=None, return_stats=False, **policy_kwargs):
+    """Runs the prompt and returns ``(logits [B, T, V], cache)`` (one jitted program).
 
     Args:
       tokens: ``[B, T]`` right-padded ids (with ``lengths [B]``) or a list of lists.
       policy: a name in :func:`lab.infer.policies.names` (or a ``Policy``),
         applied after the prompt with ``budget = int(T_b * (1 - ratio))`` per row
         (kvpress's rule); ``ratio=0`` keeps everything.
+      budget: instead of ``ratio``, keep ``min(budget, T_b)`` entries per KV head.
       capacity: slots per KV head of the returned cache (default: just enough
         for the kept entries); must be at least the largest budget.
       policy_kwargs: passed to the policy (static, so hashable); ``window=``
@@ -221,17 +269,35 @@ def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 
         observation window of SnapKV and PRKV (their restart span) is then the
         question alone, as SnapKV's paper defines it, instead of the last
         ``window`` tokens. Default: the last ``window`` tokens.
+      return_stats: True for ``(logits, cache, stats)``, the
+        :class:`~lab.infer.policies.Stats` the policy scored (of the uncompressed
+        prompt cache); or a tuple of names in :data:`~lab.infer.policies.STATS`
+        to capture those too (e.g. every statistic under ``policy="full"``).
 
     Logits at padding positions are meaningless; ``cache.length`` is the next
     slot to write per row. Raises ValueError for out-of-vocabulary ids, a ratio
-    outside [0, 1), an unknown policy, or a prompt longer than ``max_len``.
+    outside [0, 1), a budget beyond the prompt, an unknown policy, or a prompt
+    longer than ``max_len``.
     """
-    plan = _plan(model, tokens, lengths, pad_id, policy, ratio, capacity, 0, policy_kwargs,
-                 question_lengths)
+    stats = _stat_names(return_stats)
+    plan = _plan(model, tokens, lengths=lengths, pad_id=pad_id, policy=policy, ratio=ratio,
+                 budget=budget, capacity=capacity, policy_kwargs=policy_kwargs,
+                 question_lengths=question_lengths)
     graphdef, state = nnx.split(model)
-    return _prefill_jit(graphdef, state, plan.tokens, plan.lengths, plan.budget,
-                        plan.question_lengths, policy=plan.policy, kwargs=plan.kwargs,
-                        window=plan.window, capacity=plan.capacity)
+    logits, cache, st = _prefill_jit(graphdef, state, plan.tokens, plan.lengths, plan.budget,
+                                     plan.question_lengths, eviction=plan.eviction, stats=stats)
+    return (logits, cache, st) if return_stats is not False else (logits, cache)
+
+
+def _stat_names(return_stats) -> tuple[str, ...]:
+    if isinstance(return_stats, bool):
+        return ()
+    names = (return_stats,) if isinstance(return_stats, str) else tuple(return_stats)
+    bad = [n for n in names if n not in policies_lib.STATS]
+    if bad:
+        raise ValueError(f"return_stats={return_stats!r}; expected a bool or names from "
+                         f"{policies_lib.STATS}")
+    return tuple(sorted(names))
 
 
 def _last(x, lengths, axis):
@@ -240,101 +306,177 @@ def _last(x, lengths, axis):
     return jnp.take_along_axis(x, idx, axis=axis).squeeze(axis)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=(
-    "policy", "kwargs", "window", "capacity", "max_new", "greedy", "top_k", "top_p", "stop",
-    "pad_id", "capture"))
-def _generate_jit(graphdef, state, tokens, lengths, budget, qlens, key, temperature, *, policy,
-                  kwargs, window, capacity, max_new, greedy, top_k, top_p, stop, pad_id,
-                  capture):
-    model = nnx.merge(graphdef, state)
-    _, cache, hid = _prefill(model, tokens, lengths, budget, policy=policy, kwargs=kwargs,
-                             window=window, capacity=capacity, hidden=True, qlens=qlens)
+def _decode_from(model, cache, hid, lengths, key, temperature, *, opts, eviction, budget,
+                 return_cache):
+    """Samples token 0 from the chunk's last hidden state, then runs the decode loop."""
     h_last = _last(hid, lengths, axis=2)                       # [L+1, B, D]
     tok, lp = sampling.choose(model.unembed(h_last[-1]), jax.random.fold_in(key, 0),
-                              temperature, greedy=greedy, top_k=top_k, top_p=top_p)
-    out = decode.loop(model, cache, (tok, lp, h_last), lengths, key, temperature,
-                      max_new=max_new, greedy=greedy, top_k=top_k, top_p=top_p, stop=stop,
-                      pad_id=pad_id, capture=capture)
+                              temperature, greedy=opts.greedy, top_k=opts.top_k,
+                              top_p=opts.top_p)
+    out = decode.loop(model, cache, (tok, lp, h_last), key, temperature, budget,
+                      opts=opts, eviction=eviction, return_cache=return_cache)
     return Generation(*out)
 
 
-def generate(model: Transformer, tokens, *, max_new_tokens: int, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None,
-             stop_tokens: Sequence[int] = (), seed: int = 0, policy: str = "full",
-             ratio: float = 0.0, capture: Sequence[str] = (), lengths=None, pad_id: int = 0,
-             capacity: int | None = None, question_lengths=None,
-             **policy_kwargs) -> Generation:
+_GEN_STATIC = ("opts", "eviction", "return_cache")
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=_GEN_STATIC)
+def _generate_jit(graphdef, state, tokens, lengths, budget, qlens, key, temperature, *, opts,
+                  eviction, return_cache):
+    model = nnx.merge(graphdef, state)
+    _, cache, _, hid = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budget,
+                               qlens, eviction=eviction, hidden=True)
+    return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
+                        eviction=eviction, budget=budget, return_cache=return_cache)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=_GEN_STATIC)
+def _continue_jit(graphdef, state, cache, tokens, lengths, budget, qlens, key, temperature, *,
+                  opts, eviction, return_cache):
+    model = nnx.merge(graphdef, state)
+    cache = policies_lib.resize(cache, eviction.capacity)
+    _, cache, _, hid = _extend(model, cache, tokens, lengths, budget, qlens, eviction=eviction,
+                               hidden=True)
+    return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
+                        eviction=eviction, budget=budget, return_cache=return_cache)
+
+
+def _options(options: GenerateOptions | None, max_new_tokens, sampling_kwargs: dict,
+             vocab_size: int) -> GenerateOptions:
+    if options is None:
+        if max_new_tokens is None:
+            raise ValueError("max_new_tokens=None; pass max_new_tokens= or options=")
+        options = GenerateOptions(max_new_tokens, **sampling_kwargs)
+    elif max_new_tokens is not None or sampling_kwargs:
+        raise ValueError("pass the sampling arguments either in options= or as keywords, "
+                         f"not both (got options and {sorted(sampling_kwargs)})")
+    sampling.check(options.temperature, options.top_k, options.top_p, vocab_size)
+    check_tokens(np.array(options.stop_tokens, np.int64), vocab_size, name="stop_tokens")
+    return options
+
+
+_SAMPLING = ("temperature", "top_k", "top_p", "stop_tokens", "seed", "capture")
+
+
+def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
+    """``(sampling keywords, policy keywords)``."""
+    return ({k: v for k, v in kwargs.items() if k in _SAMPLING},
+            {k: v for k, v in kwargs.items() if k not in _SAMPLING})
+
+
+def generate(model: Transformer, tokens, *, max_new_tokens: int | None = None,
+             options: GenerateOptions | None = None, policy: str = "full", ratio: float = 0.0,
+             budget: int | None = None, compress_every: int | None = None, lengths=None,
+             pad_id: int = 0, capacity: int | None = None, question_lengths=None,
+             return_cache: bool = False, **kwargs) -> Generation:
     """Generates ``max_new_tokens`` per row after the prompts (one jitted program).
 
     Args:
       tokens: ``[B, T]`` right-padded ids with ``lengths [B]``, or a list of lists.
-      temperature: 0 = greedy; otherwise softmax sampling at this temperature,
-        restricted to ``top_k`` tokens and/or the ``top_p`` nucleus.
-      stop_tokens: ids that end a row (kept in the output); the row then emits
-        ``pad_id`` and its cache stops changing; the loop exits when every row stopped.
-      seed: the sampling key (one key per step, shared by the rows).
-      policy, ratio, question_lengths, policy_kwargs: the cache policy applied after
-        the prompt (see :func:`prefill`); decoding continues on the compressed cache.
-      capture: ``("hidden",)`` for every layer's residual stream per step,
-        ``("last_hidden",)`` for the last block's only (see :class:`Generation`).
-      capacity: cache slots per KV head (default: kept prompt entries + max_new_tokens).
+      max_new_tokens, temperature, top_k, top_p, stop_tokens, seed, capture: the
+        sampling options (see :class:`GenerateOptions`), as keywords or grouped in
+        ``options=``.
+      policy, ratio, budget, question_lengths, window and other keywords: the cache
+        policy applied after the prompt (see :func:`prefill`); decoding continues
+        on the compressed cache.
+      compress_every: also evict during decoding, as kvpress's ``DecodingPress``:
+        every this many new tokens the policy re-scores the cache with the queries
+        of those tokens and keeps it at the prompt's budget, so a long generation
+        stays within ``budget + compress_every`` entries per KV head.
+      capacity: cache slots per KV head (default: kept prompt entries + max_new_tokens,
+        or + compress_every when compressing).
+      return_cache: also return the cache (prompt and generated tokens) in
+        ``Generation.cache``, for :func:`continue_generation`.
 
     Returns:
-      :class:`Generation` ``(tokens, logprobs, hidden, lengths)``.
+      :class:`Generation` ``(tokens, logprobs, hidden, lengths, cache)``.
 
     Raises ValueError for out-of-vocabulary ids, prompt + max_new_tokens beyond
-    ``max_len`` or the capacity, bad sampling arguments, an unknown policy or capture.
+    ``max_len`` or the capacity, bad sampling arguments, an unknown policy or capture,
+    a budget beyond the context, ``compress_every < 1``.
     """
-    args, static = _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p,
-                                  stop_tokens, seed, policy, ratio, capture, lengths, pad_id,
-                                  capacity, policy_kwargs, question_lengths)
+    args, static = _generate_call(model, tokens, max_new_tokens, options, kwargs, policy=policy,
+                                  ratio=ratio, budget=budget, compress_every=compress_every,
+                                  lengths=lengths, pad_id=pad_id, capacity=capacity,
+                                  question_lengths=question_lengths, return_cache=return_cache)
     return _generate_jit(*args, **static)
 
 
-def _generate_call(model, tokens, max_new_tokens, temperature, top_k, top_p, stop_tokens, seed,
-                   policy, ratio, capture, lengths, pad_id, capacity, policy_kwargs,
-                   question_lengths=None):
+def _generate_call(model, tokens, max_new_tokens, options, kwargs, **plan_kwargs):
     """Checks :func:`generate`'s arguments; returns ``_generate_jit``'s ``(args, static)``."""
-    cfg = model.config
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r}; expected an int >= 1")
-    sampling.check(temperature, top_k, top_p, cfg.vocab_size)
-    capture = tuple(capture)
-    if len(capture) > 1 or any(c not in GENERATE_CAPTURES for c in capture):
-        raise ValueError(f"capture={capture!r}; expected () or one of {GENERATE_CAPTURES}")
-    stop = tuple(int(s) for s in stop_tokens)
-    check_tokens(np.array(stop, np.int64), cfg.vocab_size, name="stop_tokens")
-    plan = _plan(model, tokens, lengths, pad_id, policy, ratio, capacity, max_new_tokens,
-                 policy_kwargs, question_lengths)
+    sampling_kwargs, policy_kwargs = _split_kwargs(kwargs)
+    return_cache = plan_kwargs.pop("return_cache")
+    opts = _options(options, max_new_tokens, sampling_kwargs, model.config.vocab_size)
+    plan = _plan(model, tokens, max_new=opts.max_new_tokens + int(return_cache),
+                 policy_kwargs=policy_kwargs, **plan_kwargs)
+    if opts.pad_id != plan_kwargs["pad_id"]:
+        opts = dataclasses.replace(opts, pad_id=plan_kwargs["pad_id"])
     graphdef, state = nnx.split(model)
-    greedy = float(temperature) == 0.0
     args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, plan.question_lengths,
-            jax.random.key(seed), jnp.float32(temperature if not greedy else 1.0))
-    static = dict(policy=plan.policy, kwargs=plan.kwargs, window=plan.window,
-                  capacity=plan.capacity, max_new=max_new_tokens, greedy=greedy, top_k=top_k,
-                  top_p=None if top_p is None else float(top_p), stop=stop, pad_id=pad_id,
-                  capture=capture[0] if capture else None)
-    return args, static
+            jax.random.key(opts.seed), jnp.float32(1.0 if opts.greedy else opts.temperature))
+    return args, dict(opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
 
 
-def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, policy: str = "full",
-                    ratio: float = 0.0, lengths=None, pad_id: int = 0,
-                    capacity: int | None = None, question_lengths=None,
-                    **policy_kwargs) -> dict:
+def continue_generation(model: Transformer, cache: KVCache, tokens, *,
+                        max_new_tokens: int | None = None,
+                        options: GenerateOptions | None = None, policy: str = "full",
+                        budget: int | None = None, compress_every: int | None = None,
+                        lengths=None, pad_id: int = 0, capacity: int | None = None,
+                        return_cache: bool = False, **kwargs) -> Generation:
+    """Feeds ``tokens`` (the next turn, right-padded ``[B, T]`` or a list of lists) onto
+    a cache that :func:`generate` or :func:`continue_generation` returned
+    (``return_cache=True``), then generates as :func:`generate` does, without
+    recomputing what the cache holds. Each row's tokens continue at its
+    ``cache.next_position``; ``policy``/``budget`` evict after the new tokens (and,
+    with ``compress_every``, during decoding), scoring with their queries.
+
+    Returns a :class:`Generation`; raises ValueError as :func:`generate` does, and for
+    a cache whose batch differs from ``tokens``'.
+    """
+    if not isinstance(cache, KVCache) or cache.next_position is None:
+        raise ValueError("cache must be a KVCache from generate(..., return_cache=True) or "
+                         "prefill (one that tracks next_position)")
+    check_cache(cache, model.config)
+    toks, lens = as_batch(tokens, lengths, pad_id)
+    if toks.shape[0] != cache.length.shape[0]:
+        raise ValueError(f"tokens has {toks.shape[0]} rows; the cache holds "
+                         f"{cache.length.shape[0]}")
+    sampling_kwargs, policy_kwargs = _split_kwargs(kwargs)
+    opts = _options(options, max_new_tokens, sampling_kwargs, model.config.vocab_size)
+    plan = _plan(model, toks, lengths=lens, pad_id=pad_id, policy=policy, budget=budget,
+                 capacity=capacity, max_new=opts.max_new_tokens + int(return_cache),
+                 policy_kwargs=policy_kwargs, compress_every=compress_every,
+                 held=np.asarray(cache.length), start=np.asarray(cache.next_position))
+    if opts.pad_id != pad_id:
+        opts = dataclasses.replace(opts, pad_id=pad_id)
+    graphdef, state = nnx.split(model)
+    return _continue_jit(graphdef, state, cache, plan.tokens, plan.lengths, plan.budget,
+                         plan.question_lengths, jax.random.key(opts.seed),
+                         jnp.float32(1.0 if opts.greedy else opts.temperature),
+                         opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
+
+
+def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, **kwargs) -> dict:
     """XLA's memory analysis of the compiled greedy :func:`generate` program (not run).
 
-    Returns bytes: ``arguments`` (weights and prompts), ``outputs``, ``temp``
-    (XLA's temporary allocation: every intermediate buffer, the KV caches and
-    the policy's statistics included, with buffers whose live ranges do not
-    overlap sharing space) and ``total`` = their sum, the device memory the
-    program needs. The prompt forward's full cache and activations count too,
-    since eviction happens after the prefill, as in kvpress. These come from the
+    Takes :func:`generate`'s arguments. Returns bytes: ``arguments`` (weights and
+    prompts), ``outputs``, ``temp`` (XLA's temporary allocation: every intermediate
+    buffer, the KV caches and the policy's statistics included, with buffers whose
+    live ranges do not overlap sharing space) and ``total`` = their sum, the device
+    memory the program needs. The prompt forward's full cache and activations count
+    too, since eviction happens after the prefill, as in kvpress. These come from the
     compiler's buffer assignment, so they are exact for the compiled program on
     this backend and cost a compile, not a run.
     """
-    args, static = _generate_call(model, tokens, max_new_tokens, 0.0, None, None, (), 0, policy,
-                                  ratio, (), lengths, pad_id, capacity, policy_kwargs,
-                                  question_lengths)
+    plan_keys = ("policy", "ratio", "budget", "compress_every", "lengths", "pad_id",
+                 "capacity", "question_lengths", "return_cache")
+    plan_kwargs = {"policy": "full", "ratio": 0.0, "budget": None, "compress_every": None,
+                   "lengths": None, "pad_id": 0, "capacity": None, "question_lengths": None,
+                   "return_cache": False}
+    plan_kwargs.update({k: v for k, v in kwargs.items() if k in plan_keys})
+    rest = {k: v for k, v in kwargs.items() if k not in plan_keys}
+    args, static = _generate_call(model, tokens, max_new_tokens, None, rest, **plan_kwargs)
     stats = _generate_jit.lower(*args, **static).compile().memory_analysis()
     return {"arguments": int(stats.argument_size_in_bytes),
             "outputs": int(stats.output_size_in_bytes),

@@ -1,6 +1,7 @@
 """KV-cache policies: a registry of pure functions ``(cache, stats, budget) -> cache``.
 
-A policy runs once, at the end of prefill (inside the same jit), the way
+A policy runs at the end of prefill (inside the same jit), and with
+``compress_every`` every few decoding steps too, the way
 NVIDIA's kvpress applies a "press" (https://github.com/NVIDIA/kvpress): every
 scoring method assigns a score to each cached entry per (layer, batch row, KV
 head) and keeps the ``budget`` best, ``budget = int(T * (1 - ratio))`` per row
@@ -10,13 +11,15 @@ the original positions are kept beside them.
 
 A policy declares which prefill statistics it needs (:data:`STATS`) so that
 prefill captures only those; :class:`Stats` carries them. Methods add theirs
-with :func:`register`; :func:`compact` is the shared top-``budget`` gather that
+with :func:`register` (also a decorator); the built-in names (:data:`BUILTIN`)
+resolve on first use. :func:`compact` is the shared top-``budget`` gather that
 every scoring policy ends with.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -90,19 +93,38 @@ class Policy:
 
 
 _REGISTRY: dict[str, Policy] = {}
+# Built-in policies by the module that defines them: a name resolves on first use by
+# importing its module (which registers it), so no import has to happen beforehand.
+BUILTIN = {
+    "full": __name__, "streaming_llm": __name__,
+    "random": "lab.infer.kvpress", "knorm": "lab.infer.kvpress", "tova": "lab.infer.kvpress",
+    "snapkv": "lab.infer.kvpress", "h2o": "lab.infer.kvpress",
+    "prkv": "lab.methods.prkv",
+}
 
 
-def register(name: str, policy: Policy | Callable, *, needs: tuple[str, ...] = (),
-             overwrite: bool = False) -> Policy:
-    """Adds a policy under ``name`` (a bare function is wrapped as ``Policy(fn, needs)``).
+def register(name: str, policy: Policy | Callable | None = None, *,
+             needs: tuple[str, ...] = (), window: int = 64, overwrite: bool = False):
+    """Adds a policy under ``name`` (a bare function is wrapped as ``Policy(fn, needs,
+    window)``) and returns the registered :class:`Policy`.
 
-    Returns the registered :class:`Policy`. Registering a different policy under a
-    taken name raises ValueError unless ``overwrite=True``.
+    Without ``policy`` it is a decorator::
+
+        @policies.register("keep_first", needs=())
+        def keep_first(cache, stats, budget): ...
+
+    Registering a different policy under a taken name raises ValueError unless
+    ``overwrite=True``.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"policy name {name!r}; expected a non-empty string")
+    if policy is None:
+        def decorate(fn):
+            register(name, fn, needs=needs, window=window, overwrite=overwrite)
+            return fn
+        return decorate
     if not isinstance(policy, Policy):
-        policy = Policy(policy, needs=needs)
+        policy = Policy(policy, needs=needs, window=window)
     old = _REGISTRY.get(name)
     if old is not None and old != policy and not overwrite:
         raise ValueError(f"cache policy {name!r} is already registered; pass overwrite=True")
@@ -111,17 +133,20 @@ def register(name: str, policy: Policy | Callable, *, needs: tuple[str, ...] = (
 
 
 def get(name: str | Policy) -> Policy:
-    """The :class:`Policy` registered as ``name`` (a Policy passes through)."""
+    """The :class:`Policy` registered as ``name`` (a Policy passes through); a built-in
+    name imports the module that defines it on first use."""
     if isinstance(name, Policy):
         return name
-    if name not in _REGISTRY:
+    if isinstance(name, str) and name not in _REGISTRY and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"unknown cache policy {name!r}; known policies: {names()}")
     return _REGISTRY[name]
 
 
 def names() -> tuple[str, ...]:
-    """Registered policy names, sorted."""
-    return tuple(sorted(_REGISTRY))
+    """Every policy name :func:`get` resolves (built-in and registered), sorted."""
+    return tuple(sorted(set(_REGISTRY) | set(BUILTIN)))
 
 
 def budgets(lengths, ratio: float):

@@ -1,11 +1,21 @@
 """Flax NNX modules shared by Lab's methods."""
 
-from lab.nn.cache import KVCache
+from lab.nn.cache import KVCache, LayerKV
 from lab.nn.config import TransformerConfig
-from lab.nn.layers import RMSNorm, SwiGLU, apply_rope, rope_frequencies
-from lab.nn.transformer import CAPTURES, Attention, Block, Intermediates, Transformer, check_tokens
+from lab.nn.layers import Fused, RMSNorm, SwiGLU, apply_rope, rope_frequencies
+from lab.nn.transformer import (
+                                CAPTURES,
+                                Attention,
+                                Block,
+                                Intermediates,
+                                Transformer,
+                                check_tokens,
+                                fuse_qkv,
+                                split_qkv,
+)
 
 __all__ = [
-    "CAPTURES", "Attention", "Block", "Intermediates", "KVCache", "RMSNorm", "SwiGLU",
-    "Transformer", "TransformerConfig", "apply_rope", "check_tokens", "rope_frequencies",
+    "CAPTURES", "Attention", "Block", "Fused", "Intermediates", "KVCache", "LayerKV", "RMSNorm",
+    "SwiGLU", "Transformer", "TransformerConfig", "apply_rope", "check_tokens", "fuse_qkv",
+    "rope_frequencies", "split_qkv",
 ]

@@ -15,6 +15,18 @@ import jax
 import jax.numpy as jnp
 
 
+class LayerKV(NamedTuple):
+    """One layer's share of a :class:`KVCache` (what :meth:`lab.nn.Block.__call__` reads
+    and returns): ``keys, values [B, Hkv, C, hd]``, ``positions [B, Hkv, C]``, and for
+    ``qk_smear`` models ``qk_tail [B, S, H + Hkv, hd]`` at ``tail_positions [B, S]``."""
+
+    keys: jax.Array
+    values: jax.Array
+    positions: jax.Array
+    qk_tail: jax.Array | None = None
+    tail_positions: jax.Array | None = None
+
+
 class KVCache(NamedTuple):
     """Stacked over layers.
 
@@ -27,6 +39,9 @@ class KVCache(NamedTuple):
                   for models with ``qk_smear = S`` (like a convolution's state, it is
                   the current tokens' context, not evictable).
     tail_positions: ``[B, S]`` int32 or None: their positions (-1 = none).
+    next_position: ``[B]`` int32: the position the next fed token of each row takes
+                  (the number of tokens the row has seen; an evicting policy lowers
+                  ``length`` but not this). None in a hand-built cache: ``length``.
     """
 
     keys: jax.Array
@@ -35,6 +50,7 @@ class KVCache(NamedTuple):
     length: jax.Array
     qk_tail: jax.Array | None = None
     tail_positions: jax.Array | None = None
+    next_position: jax.Array | None = None
 
     @classmethod
     def init(cls, config, batch: int, capacity: int) -> KVCache:
@@ -51,7 +67,31 @@ class KVCache(NamedTuple):
             positions=jnp.full(shape[:-1], -1, jnp.int32),
             length=jnp.zeros((batch,), jnp.int32),
             qk_tail=tail, tail_positions=tail_positions,
+            next_position=jnp.zeros((batch,), jnp.int32),
         )
+
+    def layers(self) -> tuple[LayerKV, ...]:
+        """The per-layer views (slices of the stacked buffers)."""
+        tail = self.qk_tail
+        return tuple(LayerKV(self.keys[i], self.values[i], self.positions[i],
+                             None if tail is None else tail[i], self.tail_positions)
+                     for i in range(self.keys.shape[0]))
+
+    @classmethod
+    def from_layers(cls, layers, length: jax.Array, next_position: jax.Array | None = None
+                    ) -> KVCache:
+        """Stacks per-layer caches back (the inverse of :meth:`layers`)."""
+        tail = [lc.qk_tail for lc in layers]
+        return cls(jnp.stack([lc.keys for lc in layers]),
+                   jnp.stack([lc.values for lc in layers]),
+                   jnp.stack([lc.positions for lc in layers]), length,
+                   None if tail[0] is None else jnp.stack(tail), layers[0].tail_positions,
+                   next_position)
+
+    @property
+    def next_positions(self) -> jax.Array:
+        """``next_position``, or ``length`` for a cache built without it."""
+        return self.length if self.next_position is None else self.next_position
 
     @property
     def capacity(self) -> int:
@@ -65,6 +105,7 @@ class KVCache(NamedTuple):
     def nbytes(self) -> int:
         """Bytes held by the buffers (keys, values, positions, and the q/k tail if any)."""
         parts = (self.keys, self.values, self.positions, self.qk_tail, self.tail_positions)
+        # (length and next_position are bookkeeping, not storage)
         return int(sum(x.size * x.dtype.itemsize for x in parts if x is not None))
 
     def kept_bytes(self) -> jax.Array:
@@ -77,7 +118,15 @@ def write(layer_keys, layer_values, layer_positions, start, new_k, new_v, new_po
     """Writes ``T`` new entries per row at slot ``start[b]`` (one layer).
 
     layer_*: ``[B, Hkv, C, ...]``; new_k/new_v: ``[B, Hkv, T, D]``; new_pos: ``[B, T]``.
+    One new token is a scatter at ``[row, :, start[row]]``, which XLA performs in
+    place on a ``while_loop`` carry (the decode loop's cache is never copied).
     """
+    if new_k.shape[2] == 1:
+        rows = jnp.arange(layer_keys.shape[0])
+        pos = jnp.broadcast_to(new_pos[:, :1], (new_pos.shape[0], layer_positions.shape[1]))
+        return (layer_keys.at[rows, :, start].set(new_k[:, :, 0].astype(layer_keys.dtype)),
+                layer_values.at[rows, :, start].set(new_v[:, :, 0].astype(layer_values.dtype)),
+                layer_positions.at[rows, :, start].set(pos.astype(jnp.int32)))
 
     def one(kc, vc, pc, s, k, v, p):
         kc = jax.lax.dynamic_update_slice(kc, k.astype(kc.dtype), (0, s, 0))

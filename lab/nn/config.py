@@ -7,7 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-ATTENTION_IMPLS = ("xla", "pallas")
+ATTENTION_IMPLS = (None, "xla", "pallas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,8 +19,9 @@ class TransformerConfig:
     ``n_kv_heads`` = ``num_key_value_heads``). ``qk_norm`` is Qwen3's per-head
     RMSNorm on queries and keys; ``qkv_bias`` is Qwen2's projection bias.
     ``causal=False`` gives a bidirectional encoder/denoiser on the same code.
-    ``attention_impl`` is ``"xla"`` (the jnp reference) or ``"pallas"`` (the
-    flash kernel in ``kernels_pallas.attention``).
+    ``attention_impl`` is ``None`` (the dispatcher decides: the compiled flash
+    kernel on GPU/TPU, the jnp reference on CPU, ``LAB_KERNELS=xla|pallas``
+    overrides), ``"xla"`` or ``"pallas"`` (``kernels_pallas.attention``).
 
     ``qk_smear = S > 0`` adds to each query and key a learned depthwise mix of
     the raw queries/keys of the ``S`` previous tokens of the same sequence
@@ -46,7 +47,7 @@ class TransformerConfig:
     tie_embeddings: bool = True
     max_len: int = 2048
     dtype: str = "float32"
-    attention_impl: str = "xla"
+    attention_impl: str | None = None
     causal: bool = True
     init_std: float = 0.02
     qk_smear: int = 0

@@ -1,4 +1,5 @@
-"""Small building blocks of the decoder: RMSNorm, rotary embeddings, SwiGLU."""
+"""Small building blocks of the decoder: RMSNorm, rotary embeddings, fused projections,
+SwiGLU, and the causal q/k smear."""
 
 from __future__ import annotations
 
@@ -40,22 +41,57 @@ def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
     return out.astype(x.dtype)
 
 
-class SwiGLU(nnx.Module):
-    """``down(silu(gate(x)) * up(x))`` without biases."""
+class Fused(nnx.Module):
+    """Several bias-optional projections of the same input in one matmul.
 
-    def __init__(self, d_model: int, d_ff: int, *, dtype, init_std: float, rngs: nnx.Rngs):
-        init = nnx.initializers.normal(init_std)
-        kw = dict(use_bias=False, param_dtype=dtype, dtype=dtype, kernel_init=init, rngs=rngs)
-        self.gate = nnx.Linear(d_model, d_ff, **kw)
-        self.up = nnx.Linear(d_model, d_ff, **kw)
-        self.down = nnx.Linear(d_ff, d_model, **kw)
+    ``kernel [D, *out_shape]``: ``x [..., D] -> [..., *out_shape]``. The attention's
+    q/k/v (``out_shape = (Hkv, G + 2, hd)``, grouped by KV head) and the MLP's
+    gate/up (``(2, F)``) are each one of these, so the forward, cached decoding and
+    training all run one matmul where three (or two) separate ``Linear`` would run;
+    ``lab.hf`` splits them back into Hugging Face's ``q_proj``/``k_proj``/... tensors.
+    ``kernel`` and ``bias`` are given (built from their parts' initialisations).
+    """
+
+    def __init__(self, kernel: jax.Array, bias: jax.Array | None = None, *, dtype):
+        self.kernel = nnx.Param(kernel)
+        self.bias = nnx.Param(bias) if bias is not None else nnx.data(None)
+        self.dtype = dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # Matmuls on [B*T, D] rather than [B, T, D]: XLA's CPU backward of a batched
+        kernel = self.kernel[...]
+        d, out = kernel.shape[0], kernel.shape[1:]
+        # One 2-D matmul on [B*T, D] x [D, prod(out)]: XLA's CPU backward of a batched
         # dot_general is about twice as slow as a plain 2-D one (benchmarks/train.py).
+        y = jnp.dot(x.reshape(-1, d).astype(self.dtype),
+                    kernel.reshape(d, -1).astype(self.dtype))
+        y = y.reshape(*x.shape[:-1], *out)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+def normal_kernels(rngs: nnx.Rngs, std: float, d: int, widths, dtype) -> list[jax.Array]:
+    """``[D, w]`` kernels drawn in order with one ``rngs.params()`` key each, as the same
+    number of ``nnx.Linear(d, w)`` would draw them (so a fused model starts from the
+    weights its unfused form had)."""
+    init = nnx.initializers.normal(std)
+    return [init(rngs.params(), (d, w), dtype) for w in widths]
+
+
+class SwiGLU(nnx.Module):
+    """``down(silu(gate(x)) * up(x))`` without biases; gate and up are one fused matmul
+    (``gate_up.kernel [D, 2, F]``: ``[:, 0]`` gate, ``[:, 1]`` up)."""
+
+    def __init__(self, d_model: int, d_ff: int, *, dtype, init_std: float, rngs: nnx.Rngs):
+        gate, up = normal_kernels(rngs, init_std, d_model, (d_ff, d_ff), dtype)
+        self.gate_up = Fused(jnp.stack([gate, up], axis=1), dtype=dtype)
+        self.down = nnx.Linear(d_ff, d_model, use_bias=False, param_dtype=dtype, dtype=dtype,
+                               kernel_init=nnx.initializers.normal(init_std), rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
         shape = x.shape
-        x = x.reshape(-1, shape[-1])
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x)).reshape(*shape[:-1], -1)
+        gu = self.gate_up(x.reshape(-1, shape[-1]))                  # [N, 2, F]
+        return self.down(jax.nn.silu(gu[:, 0]) * gu[:, 1]).reshape(*shape[:-1], -1)
 
 
 def causal_smear(x: jax.Array, positions: jax.Array, weights: jax.Array,

@@ -1,14 +1,17 @@
 """The decoder-only Transformer of the Qwen3 / Qwen2 / Llama family, in Flax NNX.
 
-One forward serves every use: plain logits, logits with intermediates
-(residual stream, attention probabilities, their column sums), continuous
-inputs (``inputs_embeds``), and incremental decoding on a :class:`KVCache`
-(``cache=``), whose stored positions give both the causal mask and, through
-the keys stored after RoPE, the rotary phases.
+One block, :meth:`Block.__call__`, serves every use: plain logits, logits with
+intermediates (residual stream, attention probabilities, their column sums, the
+rotated queries), continuous inputs (``inputs_embeds``), prefill on a
+:class:`KVCache` (``cache=``) and the jitted decode loop of :mod:`lab.infer`,
+which calls :meth:`Transformer.blocks` one token at a time. The cache's stored
+positions give both the causal mask and, through the keys stored after RoPE,
+the rotary phases.
 
-Parameter names follow Hugging Face's (``embed``, ``layers[i].attn.{q,k,v,o}``,
-``layers[i].mlp.{gate,up,down}``, ``norm``, ``lm_head``) so that ``lab.hf`` maps
-checkpoints one to one.
+Parameter names follow Hugging Face's where the layout is the same (``embed``,
+``layers[i].attn.o``, ``layers[i].mlp.down``, the norms, ``lm_head``); q/k/v
+(``attn.qkv``) and gate/up (``mlp.gate_up``) are fused, and ``lab.hf`` splits
+them into Hugging Face's tensors on save and fuses them on load.
 """
 
 from __future__ import annotations
@@ -23,11 +26,19 @@ import numpy as np
 from flax import nnx
 
 from kernels_pallas import attention as attention_kernels
-from lab.nn.cache import KVCache, check_cache, write
+from lab.nn.cache import KVCache, LayerKV, check_cache, write
 from lab.nn.config import TransformerConfig
-from lab.nn.layers import RMSNorm, SwiGLU, apply_rope, causal_smear, last_tokens
+from lab.nn.layers import (
+    Fused,
+    RMSNorm,
+    SwiGLU,
+    apply_rope,
+    causal_smear,
+    last_tokens,
+    normal_kernels,
+)
 
-CAPTURES = ("hidden", "attn", "attn_colsum")
+CAPTURES = ("hidden", "attn", "attn_colsum", "queries")
 # Initial q/k smear weight. Not 0: the query-key match through the smear is a
 # product of the two weights, whose gradient vanishes at 0 (a saddle). On token
 # MQAR with a separator, a 2-layer model initialised at 0 was at 0.105 after
@@ -44,11 +55,14 @@ class Intermediates(NamedTuple):
                  it returns after the final norm).
     attn:        ``[L, B, H, T, S]`` attention probabilities (float32).
     attn_colsum: ``[L, B, H, S]`` their sums over the queries.
+    queries:     ``[L, B, H, T, hd]`` the queries after smear, q-norm and RoPE (what
+                 SnapKV/TOVA/PRKV score the cache with).
     """
 
     hidden: jax.Array | None = None
     attn: jax.Array | None = None
     attn_colsum: jax.Array | None = None
+    queries: jax.Array | None = None
 
 
 def check_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
@@ -64,38 +78,47 @@ def check_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
 
 
 class Attention(nnx.Module):
-    """Grouped-query attention with optional q/k RMSNorm (Qwen3) and qkv bias (Qwen2)."""
+    """Grouped-query attention with optional q/k RMSNorm (Qwen3), qkv bias (Qwen2) and
+    q/k smear; q, k and v are one fused projection.
+
+    ``qkv.kernel [D, Hkv, G + 2, hd]`` (``G = n_heads // n_kv_heads``) is grouped by KV
+    head: ``[:, j, :G]`` are the query heads ``j*G .. j*G + G - 1`` that share KV head
+    ``j`` (Hugging Face's ``repeat_kv`` order), ``[:, j, G]`` its key, ``[:, j, G + 1]``
+    its value. One matmul serves all three, and splitting the KV-head axis over a
+    mesh keeps each device's queries, keys and values together.
+    """
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         c = config
         dt = c.jnp_dtype
-        init = nnx.initializers.normal(c.init_std)
-
-        def linear(din, dout, bias):
-            return nnx.Linear(din, dout, use_bias=bias, param_dtype=dt, dtype=dt,
-                              kernel_init=init, rngs=rngs)
-
-        self.q = linear(c.d_model, c.n_heads * c.head_dim, c.qkv_bias)
-        self.k = linear(c.d_model, c.n_kv_heads * c.head_dim, c.qkv_bias)
-        self.v = linear(c.d_model, c.n_kv_heads * c.head_dim, c.qkv_bias)
-        self.o = linear(c.n_heads * c.head_dim, c.d_model, False)
+        kv, hd = c.n_kv_heads, c.head_dim
+        parts, biases = [], []
+        for width in (c.n_heads * hd, kv * hd, kv * hd):  # nnx.Linear's key order: q, k, v
+            parts += normal_kernels(rngs, c.init_std, c.d_model, (width,), dt)
+            if c.qkv_bias:
+                rngs.params()
+                biases.append(jnp.zeros((width,), dt))
+        kernel = fuse_qkv(*parts, config=c)
+        bias = fuse_qkv(*(b[None] for b in biases), config=c)[0] if c.qkv_bias else None
+        self.qkv = Fused(kernel, bias, dtype=dt)
+        self.o = nnx.Linear(c.n_heads * hd, c.d_model, use_bias=False, param_dtype=dt, dtype=dt,
+                            kernel_init=nnx.initializers.normal(c.init_std), rngs=rngs)
         if c.qk_norm:
-            self.q_norm = RMSNorm(c.head_dim, eps=c.norm_eps, dtype=dt)
-            self.k_norm = RMSNorm(c.head_dim, eps=c.norm_eps, dtype=dt)
+            self.q_norm = RMSNorm(hd, eps=c.norm_eps, dtype=dt)
+            self.k_norm = RMSNorm(hd, eps=c.norm_eps, dtype=dt)
         if c.qk_smear:
-            self.q_smear = nnx.Param(jnp.full((c.qk_smear, c.n_heads, c.head_dim), SMEAR_INIT, dt))
-            self.k_smear = nnx.Param(jnp.full((c.qk_smear, c.n_kv_heads, c.head_dim),
-                                              SMEAR_INIT, dt))
+            self.q_smear = nnx.Param(jnp.full((c.qk_smear, c.n_heads, hd), SMEAR_INIT, dt))
+            self.k_smear = nnx.Param(jnp.full((c.qk_smear, kv, hd), SMEAR_INIT, dt))
         self.config = c
 
-    def qkv(self, x: jax.Array):
-        """Raw projections ``q [B, T, H, hd]``, ``k, v [B, T, Hkv, hd]``."""
+    def qkv_raw(self, x: jax.Array):
+        """Raw projections ``q [B, T, H, hd]``, ``k, v [B, T, Hkv, hd]`` (one matmul)."""
         c = self.config
         b, t, _ = x.shape
-        x = x.reshape(b * t, -1)  # 2-D matmuls: see SwiGLU
-        return (self.q(x).reshape(b, t, c.n_heads, c.head_dim),
-                self.k(x).reshape(b, t, c.n_kv_heads, c.head_dim),
-                self.v(x).reshape(b, t, c.n_kv_heads, c.head_dim))
+        g = c.group_size
+        qkv = self.qkv(x)                                          # [B, T, Hkv, G + 2, hd]
+        return (qkv[:, :, :, :g].reshape(b, t, c.n_heads, c.head_dim),
+                qkv[:, :, :, g], qkv[:, :, :, g + 1])
 
     def rotate(self, q, k, positions, *, src_positions=None, tail=None, tail_positions=None):
         """Raw ``q [B, T, H, hd]``, ``k [B, T, Hkv, hd]`` -> smeared (``qk_smear``), normed
@@ -121,15 +144,8 @@ class Attention(nnx.Module):
         k = apply_rope(k, positions, c.rope_theta)
         return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
 
-    def project(self, x: jax.Array, positions: jax.Array, src_positions=None):
-        """Returns ``q [B, H, T, hd]``, ``k, v [B, Hkv, T, hd]``; q and k smeared over the
-        previous tokens of ``x`` (``qk_smear``) and rotated by position."""
-        q, k, v = self.qkv(x)
-        q, k = self.rotate(q, k, positions, src_positions=src_positions)
-        return q, k, v.transpose(0, 2, 1, 3)
-
     def attend(self, q, k, v, mask, bias, *, probs: bool, colsum: bool, causal: bool = False):
-        """Attention output ``[B, T, H*hd]`` projected by ``o``, and the requested statistics.
+        """Attention output ``[B, T, D]`` projected by ``o``, and the requested statistics.
 
         ``causal``: query ``i`` may also only see key index ``<= i`` (``T == S``), which lets
         the kernels skip the upper triangle; ``mask`` still applies."""
@@ -151,7 +167,31 @@ class Attention(nnx.Module):
         return out, cs, p
 
 
+def fuse_qkv(q: jax.Array, k: jax.Array, v: jax.Array, *, config: TransformerConfig):
+    """``q [D, H*hd]``, ``k, v [D, Hkv*hd]`` (NNX ``[in, out]`` kernels, heads in Hugging
+    Face's order) -> the fused ``[D, Hkv, G + 2, hd]`` of :class:`Attention`."""
+    c = config
+    d = q.shape[0]
+    return jnp.concatenate([q.reshape(d, c.n_kv_heads, c.group_size, c.head_dim),
+                            k.reshape(d, c.n_kv_heads, 1, c.head_dim),
+                            v.reshape(d, c.n_kv_heads, 1, c.head_dim)], axis=2)
+
+
+def split_qkv(qkv: jax.Array, *, config: TransformerConfig):
+    """The inverse of :func:`fuse_qkv`: ``(q [D, H*hd], k [D, Hkv*hd], v [D, Hkv*hd])``."""
+    c = config
+    d, g = qkv.shape[0], c.group_size
+    return (qkv[:, :, :g].reshape(d, -1), qkv[:, :, g].reshape(d, -1),
+            qkv[:, :, g + 1].reshape(d, -1))
+
+
 class Block(nnx.Module):
+    """One pre-norm decoder block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+
+    :meth:`__call__` is the only implementation of attention + MLP in Lab: the full
+    forward, prefill on a cache, the jitted decode loop and every capture run it.
+    """
+
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         dt = config.jnp_dtype
         self.attn_norm = RMSNorm(config.d_model, eps=config.norm_eps, dtype=dt)
@@ -159,6 +199,65 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps, dtype=dt)
         self.mlp = SwiGLU(config.d_model, config.d_ff, dtype=dt, init_std=config.init_std,
                           rngs=rngs)
+        self.config = config
+
+    def __call__(self, x: jax.Array, *, positions: jax.Array, key_positions=None,
+                 cache: LayerKV | None = None, slot=None, mask=None, bias=None,
+                 capture: Sequence[str] = ()):
+        """Runs the block on ``x [B, T, D]``.
+
+        Args:
+          positions: ``[B, T]`` int32 positions of the queries (-1 = padding: attends
+            to nothing).
+          key_positions: ``[B, T]`` positions under which these tokens are stored as
+            keys (-1 = padding, never attended); default ``positions``.
+          cache: this layer's :class:`LayerKV`; the new keys/values are written at
+            ``slot [B]`` and the queries attend to every valid cached entry at a
+            position ``<=`` their own. Without a cache they attend to ``x`` itself
+            (causally by index and position when ``config.causal``).
+          mask: boolean, broadcastable to ``[B, 1|Hkv|H, T, S]`` (True = may attend),
+            combined with the above; bias: additive, broadcastable to ``[B, H, T, S]``.
+          capture: any of ``"attn"``, ``"attn_colsum"``, ``"queries"``.
+
+        Returns:
+          ``(x [B, T, D], cache or None, {"attn", "attn_colsum", "queries"})``: the
+          captured entries are ``[B, H, T, S]``, ``[B, H, S]`` and ``[B, H, T, hd]``
+          (queries after smear, q-norm and RoPE), None unless asked.
+        """
+        c = self.config
+        kpos = positions if key_positions is None else key_positions
+        qr, kr, v = self.attn.qkv_raw(self.attn_norm(x))
+        tail = cache.qk_tail if cache is not None and c.qk_smear else None
+        q, k = self.attn.rotate(qr, kr, positions, src_positions=kpos, tail=tail,
+                                tail_positions=None if tail is None else cache.tail_positions)
+        v = v.transpose(0, 2, 1, 3)
+        if cache is not None:
+            tail_pos = cache.tail_positions
+            if tail is not None:
+                tail, tail_pos = last_tokens(tail, cache.tail_positions,
+                                             jnp.concatenate([qr, kr], axis=2), kpos)
+            keys, values, stored = write(cache.keys, cache.values, cache.positions, slot, k, v,
+                                         kpos)
+            cache = LayerKV(keys, values, stored, tail, tail_pos)
+            k, v, kp = keys, values, stored[:, :, None, :]          # [B, Hkv, 1, C]
+            index_causal = False
+        else:
+            kp = kpos[:, None, None, :]                               # [B, 1, 1, T]
+            # Without a cache the keys are these tokens: causality by index too (as
+            # Hugging Face masks), which equals the positional mask for any in-order
+            # positions (packed rows included) and lets attention skip the upper triangle.
+            index_causal = c.causal
+        allowed = kp >= 0
+        if c.causal:
+            allowed = allowed & (kp <= positions[:, None, :, None])
+        if mask is not None:
+            allowed = allowed & mask
+        out, cs, p = self.attn.attend(q, k, v, allowed, bias, probs="attn" in capture,
+                                      colsum="attn_colsum" in capture, causal=index_causal)
+        x = x + out
+        x = x + self.mlp(self.mlp_norm(x))
+        return x, cache, {"attn": p, "attn_colsum": cs,
+                          "queries": q if "queries" in capture else None}
 
 
 class Transformer(nnx.Module):
@@ -189,6 +288,29 @@ class Transformer(nnx.Module):
             return self.embed.attend(h).astype(jnp.float32)
         return self.lm_head(h).astype(jnp.float32)
 
+    def blocks(self, x: jax.Array, *, positions: jax.Array, key_positions=None, caches=None,
+               slot=None, mask=None, bias=None, capture: Sequence[str] = ()):
+        """Runs every :class:`Block` on the residual stream ``x [B, T, D]``.
+
+        ``caches``: one :class:`LayerKV` per layer (or None), written at ``slot [B]``.
+        Returns ``(x, caches or None, Intermediates)`` (see :meth:`__call__` for the
+        other arguments; ``capture`` may also hold ``"hidden"``).
+        """
+        hidden, out = [x], {"attn": [], "attn_colsum": [], "queries": []}
+        new = []
+        for i, layer in enumerate(self.layers):
+            x, lc, got = layer(x, positions=positions, key_positions=key_positions,
+                               cache=None if caches is None else caches[i], slot=slot,
+                               mask=mask, bias=bias, capture=capture)
+            new.append(lc)
+            hidden.append(x)
+            for name in out:
+                out[name].append(got[name])
+        inter = Intermediates(
+            hidden=jnp.stack(hidden) if "hidden" in capture else None,
+            **{name: jnp.stack(v) if name in capture else None for name, v in out.items()})
+        return x, (tuple(new) if caches is not None else None), inter
+
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
                  positions: jax.Array | None = None, mask: jax.Array | None = None,
                  bias: jax.Array | None = None, capture: Sequence[str] = (),
@@ -198,12 +320,12 @@ class Transformer(nnx.Module):
         Args:
           tokens: ``[B, T]`` int ids (or give ``inputs_embeds [B, T, D]``).
           positions: ``[B, T]`` token positions (default ``arange(T)``, or
-            ``cache.length + arange(T)`` when decoding on a cache).
+            ``cache.next_positions + arange(T)`` when decoding on a cache).
           mask: ``[B, T]`` boolean token validity (False = padding, never
             attended), or a full boolean mask broadcastable to
             ``[B, 1|Hkv|H, T, S]`` (True = may attend), combined with causality.
           bias: additive attention bias broadcastable to ``[B, H, T, S]``.
-          capture: any of ``"hidden"``, ``"attn"``, ``"attn_colsum"``.
+          capture: any of :data:`CAPTURES` (see :class:`Intermediates`).
           cache: a :class:`KVCache`; the new keys/values are written at
             ``cache.length`` and the queries attend to every valid entry.
 
@@ -228,7 +350,7 @@ class Transformer(nnx.Module):
         if cache is not None and cache.capacity < t:
             raise ValueError(f"{t} new tokens exceed the KV cache capacity {cache.capacity}")
         if positions is None:
-            start = cache.length if cache is not None else jnp.zeros((b,), jnp.int32)
+            start = cache.next_positions if cache is not None else jnp.zeros((b,), jnp.int32)
             positions = start[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
         positions = jnp.broadcast_to(positions, (b, t)).astype(jnp.int32)
 
@@ -240,61 +362,19 @@ class Transformer(nnx.Module):
             else:
                 full_mask = mask
         key_pos = positions if token_valid is None else jnp.where(token_valid, positions, -1)
-
-        hidden, attns, colsums = [x], [], []
-        want_p, want_cs = "attn" in capture, "attn_colsum" in capture
-        new_k, new_v, new_p, new_tail = [], [], [], []
-        tail_pos = None
-        for i, layer in enumerate(self.layers):
-            qr, kr, v = layer.attn.qkv(layer.attn_norm(x))
-            tail = cache.qk_tail[i] if cache is not None and c.qk_smear else None
-            q, k = layer.attn.rotate(qr, kr, positions, src_positions=key_pos, tail=tail,
-                                     tail_positions=None if tail is None else cache.tail_positions)
-            v = v.transpose(0, 2, 1, 3)
-            if tail is not None:
-                tail, tail_pos = last_tokens(tail, cache.tail_positions,
-                                             jnp.concatenate([qr, kr], axis=2), key_pos)
-                new_tail.append(tail)
-            if cache is not None:
-                kc, vc, pc = write(cache.keys[i], cache.values[i], cache.positions[i],
-                                   cache.length, k, v, key_pos)
-                new_k.append(kc), new_v.append(vc), new_p.append(pc)
-                k, v, kpos = kc, vc, pc  # [B, Hkv, C, ...]
-                allowed = kpos[:, :, None, :] >= 0
-                if c.causal:
-                    allowed &= kpos[:, :, None, :] <= positions[:, None, :, None]
-            else:
-                allowed = (key_pos >= 0)[:, None, None, :]
-                if c.causal:
-                    allowed = allowed & (key_pos[:, None, None, :] <= positions[:, None, :, None])
-            if full_mask is not None:
-                allowed = allowed & full_mask
-            # Without a cache the keys are these tokens: causality by index too (as Hugging
-            # Face masks), which equals the positional mask for any in-order positions
-            # (packed rows included) and lets attention skip the upper triangle.
-            out, cs, p = layer.attn.attend(q, k, v, allowed, bias, probs=want_p, colsum=want_cs,
-                                           causal=c.causal and cache is None)
-            x = x + out
-            x = x + layer.mlp(layer.mlp_norm(x))
-            hidden.append(x)
-            attns.append(p)
-            colsums.append(cs)
-
+        x, caches, inter = self.blocks(
+            x, positions=positions, key_positions=key_pos,
+            caches=None if cache is None else cache.layers(),
+            slot=None if cache is None else cache.length, mask=full_mask, bias=bias,
+            capture=capture)
         logits = self.unembed(x)
-        inter = Intermediates(
-            hidden=jnp.stack(hidden) if "hidden" in capture else None,
-            attn=jnp.stack(attns) if want_p else None,
-            attn_colsum=jnp.stack(colsums) if want_cs else None,
-        )
         if cache is not None:
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \
                 else jnp.full((b,), t, jnp.int32)
-            cache = KVCache(jnp.stack(new_k), jnp.stack(new_v), jnp.stack(new_p),
-                            cache.length + n_new,
-                            jnp.stack(new_tail) if new_tail else None, tail_pos)
+            cache = KVCache.from_layers(caches, cache.length + n_new, cache.next_positions + n_new)
             return (logits, cache, inter) if capture else (logits, cache)
         return (logits, inter) if capture else logits
 
     def embed_inputs(self, tokens: jax.Array) -> jax.Array:
-        """Alias of :meth:`embed_tokens` (the issue's ``model.embed(tokens)``)."""
+        """Alias of :meth:`embed_tokens`."""
         return self.embed_tokens(tokens)

@@ -1,18 +1,21 @@
 """Partition rules for :class:`lab.nn.Transformer` and sharded forward / generation.
 
 Rules are ``(regex, PartitionSpec)`` pairs matched against a parameter's path
-(``"layers/3/attn/q/kernel"``), first match wins, unmatched parameters are
+(``"layers/3/attn/qkv/kernel"``), first match wins, unmatched parameters are
 replicated: the regex-rule style of big_vision / EasyLM and maxtext's logical
 axis rules, applied to NNX state with ``jax.device_put`` and
 ``NamedSharding`` (flax ``guides/flax_gspmd``). NNX ``Linear`` kernels are
 ``[in, out]``, so Megatron tensor parallelism is: q/k/v and gate/up split their
 output (heads, FFN hidden) over ``"model"``, o and down split their input,
 embeddings and the LM head split the vocabulary, norms are replicated.
+The fused q/k/v kernel ``[D, Hkv, G + 2, hd]`` splits its KV-head axis, so each
+device holds whole KV groups (their queries, key and value); gate/up
+``[D, 2, F]`` splits ``F``, keeping each gate column beside its up column.
 
 A dimension that the mesh axis does not divide is replicated instead; for the
-attention projections the unit is a whole head (``head_dim`` columns), so a
-head is never split across devices (with 2 KV heads on a model axis of 4, k
-and v are replicated while q and o are split, as maxtext does for KV heads).
+output projection the unit is a whole head (``head_dim`` rows), so a head is
+never split across devices (with 2 KV heads on a model axis of 4, q/k/v are
+replicated while o is split, as maxtext replicates KV heads).
 The compiler inserts the collectives (GSPMD), so sharded results equal
 unsharded ones up to float reassociation.
 """
@@ -34,19 +37,19 @@ from lab.nn import Transformer
 
 RULES: tuple[tuple[str, P], ...] = (
     (r"(^|/)embed/embedding$", P("model", None)),     # [V, D]: vocabulary
-    (r"attn/(q|k|v)/kernel$", P(None, "model")),      # [D, H*hd]: heads
-    (r"attn/(q|k|v)/bias$", P("model")),              # [H*hd]
+    (r"attn/qkv/kernel$", P(None, "model")),          # [D, Hkv, G+2, hd]: KV heads
+    (r"attn/qkv/bias$", P("model")),                  # [Hkv, G+2, hd]
     (r"attn/o/kernel$", P("model", None)),            # [H*hd, D]: heads
-    (r"mlp/(gate|up)/kernel$", P(None, "model")),     # [D, F]: FFN hidden
+    (r"mlp/gate_up/kernel$", P(None, None, "model")),  # [D, 2, F]: FFN hidden
     (r"mlp/down/kernel$", P("model", None)),          # [F, D]
     (r"(^|/)lm_head/kernel$", P(None, "model")),      # [D, V]: vocabulary
     (r"norm/weight$", P()),                           # RMSNorm scales: replicated
 )
-_HEAD_PARAMS = re.compile(r"attn/(q|k|v|o)/(kernel|bias)$")
+_HEAD_PARAMS = re.compile(r"attn/o/kernel$")
 
 
 def path_str(path: Sequence[Any]) -> str:
-    """``"layers/0/attn/q/kernel"`` for a key path of an NNX state (the Variable's ``value`` key
+    """``"layers/0/attn/qkv/kernel"`` for a key path of an NNX state (the Variable's ``value`` key
     dropped)."""
     keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path]
     if keys and keys[-1] == "value":

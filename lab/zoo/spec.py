@@ -112,7 +112,10 @@ class ZooSpec:
 
     def hashed_fields(self) -> dict:
         train = {k: v for k, v in self.train.items() if k not in UNHASHED_TRAIN_KEYS}
-        fields = {"format": ZOO_FORMAT, "model": self.model.to_dict(), "train": train,
+        # attention_impl picks a kernel at run time and changes no weight; it is hashed as
+        # its former default so that the keys of existing entries stay.
+        model = {**self.model.to_dict(), "attention_impl": "xla"}
+        fields = {"format": ZOO_FORMAT, "model": model, "train": train,
                   "data": dict(self.data), "seq_len": self.seq_len,
                   "batch_size": self.batch_size, "pack": self.pack,
                   "prompt_weight": self.prompt_weight, "tokenizer": "bytes"}

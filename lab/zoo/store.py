@@ -4,7 +4,7 @@ Layout of ``$LAB_CACHE/zoo/<name>-<digest>/`` (``LAB_CACHE`` defaults to
 ``~/.cache/lab``):
 
 - ``params.safetensors``: the model's ``nnx.Param`` arrays, keyed by their
-  dotted path (``layers.0.attn.q.kernel``);
+  dotted path (``layers.0.attn.qkv.kernel``);
 - ``spec.json``: the :class:`ZooSpec` and its digest;
 - ``metrics.json``: train / held-out accuracy per task, training time;
 - ``manifest.json``: the SHA-256 of every other file, written last.
@@ -33,7 +33,7 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from lab.nn import Transformer, TransformerConfig
+from lab.nn import Transformer, TransformerConfig, fuse_qkv
 
 PARAMS_FILE, SPEC_FILE, METRICS_FILE, MANIFEST_FILE = (
     "params.safetensors", "spec.json", "metrics.json", "manifest.json")
@@ -73,7 +73,7 @@ def entry_lock(key: str):
 
 
 def flatten_params(model: nnx.Module) -> dict[str, np.ndarray]:
-    """``{"layers.0.attn.q.kernel": array, ...}`` of the model's ``nnx.Param`` values."""
+    """``{"layers.0.attn.qkv.kernel": array, ...}`` of the model's ``nnx.Param`` values."""
     pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     flat = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(pure)[0]:
@@ -85,12 +85,32 @@ def abstract_model(config: TransformerConfig) -> nnx.Module:
     return nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
 
 
+def fuse_unfused(config: TransformerConfig, flat: dict[str, np.ndarray]) -> dict:
+    """Entries written before q/k/v and gate/up were fused (``attn.q.kernel``, ...,
+    ``mlp.gate.kernel``, ``mlp.up.kernel``) in today's layout (``attn.qkv.kernel``,
+    ``mlp.gate_up.kernel``); other dicts pass through unchanged."""
+    if "layers.0.attn.q.kernel" not in flat:
+        return flat
+    out = dict(flat)
+    for i in range(config.n_layers):
+        a, m = f"layers.{i}.attn.", f"layers.{i}.mlp."
+        q, k, v = (out.pop(f"{a}{n}.kernel") for n in "qkv")
+        out[f"{a}qkv.kernel"] = np.asarray(fuse_qkv(q, k, v, config=config))
+        if f"{a}q.bias" in out:
+            q, k, v = (out.pop(f"{a}{n}.bias")[None] for n in "qkv")
+            out[f"{a}qkv.bias"] = np.asarray(fuse_qkv(q, k, v, config=config))[0]
+        out[f"{m}gate_up.kernel"] = np.stack([out.pop(f"{m}gate.kernel"),
+                                              out.pop(f"{m}up.kernel")], axis=1)
+    return out
+
+
 def model_from_flat(config: TransformerConfig, flat: dict[str, np.ndarray],
                     where: str = "params") -> nnx.Module:
     """Builds a Transformer with ``flat`` as its parameters; every key and shape must match.
 
     Raises CorruptEntry naming the first missing/unexpected key or wrong shape.
     """
+    flat = fuse_unfused(config, flat)
     graphdef, state, rest = nnx.split(abstract_model(config), nnx.Param, ...)
     pure = nnx.to_pure_dict(state)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(pure)

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from lab import infer
-from lab.infer import engine, policies
+from lab.infer import policies
 from lab.nn import KVCache
 from tests.infer.conftest import CFG
 
@@ -108,22 +108,10 @@ def test_decoding_on_an_evicted_cache_uses_the_stored_positions(model, reference
 
 def test_stats_hold_what_scorers_need(model, reference):
     x, lens = prompt_batch([9, 6], seed=3)
-    graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def captured(state, x, lens):
-        seen = {}
-
-        def spy(cache, stats, budget):
-            seen.update(cache=cache, stats=stats)
-            return cache
-
-        pol = policies.Policy(spy, needs=("attn_colsum", "queries", "attn"), window=4)
-        engine._prefill(nnx.merge(graphdef, state), x, lens, lens, policy=pol, kwargs=(),
-                        window=4, capacity=9, hidden=False)
-        return seen["stats"], policies.window_attention(seen["cache"], seen["stats"])
-
-    stats, window = captured(state, x, lens)               # window: [L, B, H, W, C]
+    # prefill under "full" returns the uncompressed prompt cache and every statistic.
+    _, cache, stats = infer.prefill(model, x[:, :9], lengths=lens, return_stats=policies.STATS,
+                                    window=4)
+    window = policies.window_attention(cache, stats)
     assert stats.queries.shape == (2, 2, 4, 4, 16)         # [L, B, H, W, hd]
     np.testing.assert_array_equal(stats.query_positions, [[5, 6, 7, 8], [2, 3, 4, 5]])
     attn = np.asarray(reference([x[0, :9], x[1, :6]])[1].attn)  # [L, B, H, 18, 18]

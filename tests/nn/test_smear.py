@@ -134,19 +134,20 @@ def test_bad_config_cache_and_export_are_refused(model):
 
 
 def test_window_queries_are_the_full_forward_queries(model):
-    # SnapKV/TOVA score with the prompt's last queries, recomputed from the residual
-    # stream: with a smear they need the tokens before the window too.
-    from lab.infer.engine import _window_queries
-    x = tokens()
-    _, inter = model(x, capture=("hidden",))
-    lengths = jnp.array([12, 9])
-    got, qpos = _window_queries(model, inter.hidden, lengths, 4)
-    np.testing.assert_array_equal(qpos, [[8, 9, 10, 11], [5, 6, 7, 8]])
-    for i, layer in enumerate(model.layers):
-        q, _, _ = layer.attn.project(layer.attn_norm(inter.hidden[i]),
-                                     jnp.broadcast_to(jnp.arange(12), (2, 12)))
-        np.testing.assert_allclose(got[i, 0], q[0, :, 8:12], atol=1e-5)
-        np.testing.assert_allclose(got[i, 1], q[1, :, 5:9], atol=1e-5)
+    # SnapKV/TOVA score with the prompt's last queries; with a smear each of them mixes
+    # in the tokens before it. prefill's window is the full forward's own queries.
+    x = np.asarray(tokens())
+    lengths = np.array([12, 9])
+    _, _, stats = infer.prefill(model, x, lengths=lengths, return_stats=("queries",), window=4)
+    np.testing.assert_array_equal(stats.query_positions, [[8, 9, 10, 11], [5, 6, 7, 8]])
+    _, inter = model(jnp.asarray(x), capture=("queries",))          # [L, B, H, T, hd]
+    _, short = model(jnp.asarray(x[1:, :9]), capture=("queries",))   # row 1 alone, unpadded
+    np.testing.assert_allclose(stats.queries[:, 0], inter.queries[:, 0, :, 8:12], atol=1e-5)
+    np.testing.assert_allclose(stats.queries[:, 1], short.queries[:, 0, :, 5:9], atol=1e-5)
+    # The smear matters: the same queries without it differ.
+    flat = Transformer(CFG.replace(qk_smear=0), rngs=nnx.Rngs(0))
+    _, plain = flat(jnp.asarray(x), capture=("queries",))
+    assert float(jnp.abs(plain.queries[:, 0, :, 8:12] - stats.queries[:, 0]).max()) > 1e-3
 
 
 def _mqar(rng, n, pairs=8, queries=4, n_keys=32, n_values=32):

@@ -87,10 +87,9 @@ def main(meshes):
             "logit_diff": float(np.abs(np.asarray(logits) - ref_logits).max()),
             "logits_spec": str(logits.sharding.spec),
             "cpu_s": {"forward": timer() - t0},
-            "q": placement(attn.q.kernel[...]),
-            "k": placement(attn.k.kernel[...]),
+            "qkv": placement(attn.qkv.kernel[...]),
             "o": placement(attn.o.kernel[...]),
-            "up": placement(sharded.layers[0].mlp.up.kernel[...]),
+            "gate_up": placement(sharded.layers[0].mlp.gate_up.kernel[...]),
             "embed": placement(sharded.embed.embedding[...]),
             "norm": placement(sharded.norm.weight[...]),
         }

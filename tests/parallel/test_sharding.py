@@ -51,22 +51,25 @@ def test_sharded_logits_equal_unsharded(measured, mesh):
 
 
 def test_weights_are_split_as_the_rules_say(measured):
-    # 2x4: every projection splits 4 ways; 4 KV heads of 8 columns -> one head per device.
+    # 2x4: every projection splits 4 ways. The fused q/k/v [D=64, Hkv=4, G+2=4, hd=8]
+    # splits its KV heads: one KV group (2 queries, its key and value) per device.
     r = measured["2x4"]
-    assert (r["q"]["spec"], r["q"]["shard"]) == ("P(None, 'model')", [64, 16])
-    assert (r["k"]["spec"], r["k"]["shard"]) == ("P(None, 'model')", [64, 8])
+    assert (r["qkv"]["spec"], r["qkv"]["shard"]) == ("P(None, 'model')", [64, 1, 4, 8])
     assert (r["o"]["spec"], r["o"]["shard"]) == ("P('model', None)", [16, 64])
-    assert r["up"]["shard"] == [64, 32] and r["embed"]["shard"] == [32, 64]
+    # gate/up [D, 2, F=128] splits F: each device holds matching gate and up columns.
+    assert (r["gate_up"]["spec"], r["gate_up"]["shard"]) == ("P(None, None, 'model')",
+                                                             [64, 2, 32])
+    assert r["embed"]["shard"] == [32, 64]
     assert r["norm"] == {"spec": "P()", "shard": [64], "devices": 8}
     assert r["logits_spec"] == "P('data', None, 'model')"
-    # 1x8: 8 query heads split one per device, 4 KV heads cannot be and are replicated.
+    # 1x8: 4 KV heads cannot split 8 ways, so q/k/v is replicated; o splits one head each.
     r = measured["1x8"]
-    assert r["q"]["shard"] == [64, 8] and r["o"]["shard"] == [8, 64]
-    assert (r["k"]["spec"], r["k"]["shard"]) == ("P(None, None)", [64, 32])
+    assert (r["qkv"]["spec"], r["qkv"]["shard"]) == ("P(None, None)", [64, 4, 4, 8])
+    assert r["o"]["shard"] == [8, 64]
     assert r["embed"]["shard"] == [16, 64]
     # 8x1: pure data parallelism, weights whole on every device, batch split.
     r = measured["8x1"]
-    assert r["q"]["shard"] == [64, 64] and r["logits_spec"] == "P('data',)"
+    assert r["qkv"]["shard"] == [64, 4, 4, 8] and r["logits_spec"] == "P('data',)"
 
 
 @pytest.mark.parametrize("mesh", ["2x4", "1x8"])
@@ -99,17 +102,22 @@ def test_every_parameter_has_a_rule():
     abstract = nnx.eval_shape(lambda: Transformer(CONFIG, rngs=nnx.Rngs(0)))
     paths = [parallel.path_str(p) for p, _ in
              jax.tree_util.tree_flatten_with_path(nnx.state(abstract))[0]]
-    assert len(paths) == 3 + 2 * 14  # embed, norm, lm_head; 14 per layer
+    assert len(paths) == 3 + 2 * 9  # embed, norm, lm_head; 9 per layer (q/k/v and gate/up fused)
     unmatched = [p for p in paths if not any(re.search(r, p) for r, _ in parallel.RULES)]
     assert unmatched == []
 
 
 def test_spec_for_keeps_heads_whole_and_drops_axes_that_do_not_divide():
     mesh = AbstractMesh((2, 4), ("data", "model"))
-    assert parallel.spec_for("layers/0/attn/q/kernel", (64, 64), mesh, head_dim=8) == \
+    # Fused q/k/v [D, Hkv, G+2, hd]: 4 KV heads split 4 ways, 2 would not -> replicated.
+    assert parallel.spec_for("layers/0/attn/qkv/kernel", (64, 4, 4, 8), mesh, head_dim=8) == \
         P(None, "model")
-    # 2 KV heads of 16 columns: 32 columns divide by 4, but heads do not -> replicated.
-    assert parallel.spec_for("layers/0/attn/k/kernel", (64, 32), mesh, head_dim=16) == P(None, None)
+    assert parallel.spec_for("layers/0/attn/qkv/kernel", (64, 2, 4, 16), mesh,
+                             head_dim=16) == P(None, None)
+    # o [H*hd, D]: 2 heads of 16 rows: 32 rows divide by 4, but heads do not -> replicated.
+    assert parallel.spec_for("layers/0/attn/o/kernel", (32, 64), mesh, head_dim=16) == P(None, None)
+    assert parallel.spec_for("layers/0/attn/o/kernel", (64, 64), mesh, head_dim=16) == \
+        P("model", None)
     assert parallel.spec_for("embed/embedding", (130, 64), mesh) == P(None, None)
     assert parallel.spec_for("layers/1/mlp/down/kernel", (128, 64), mesh) == P("model", None)
     assert parallel.spec_for("layers/1/attn_norm/weight", (64,), mesh) == P()
