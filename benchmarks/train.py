@@ -11,9 +11,9 @@ same weights; the benchmark checks that their first losses agree and that their
 losses still agree after the timed steps (same function, same optimizer).
 
 Timing, on this CPU in one process, torch on ``--threads`` threads (XLA uses the
-machine's cores, here 2, or one thread with ``--threads 1``). Both sides share the
+machine's cores, or one thread with ``--threads 1``). Both sides share the
 process's allocator: glibc's defaults, or with ``LAB_MALLOC=tuned`` the settings of
-:mod:`lab.host` (Lab 1.16-1.32x faster on the hosts measured, torch unchanged):
+:mod:`lab.host` (measured per host in docs/benchmarks.md):
 
 * Lab: ``Trainer(model, sft_loss, config).fit(batch_fn)`` end to end (workdir
   None), after one identical warm-up fit that compiles the step, so each timed
@@ -66,7 +66,7 @@ def _threads_from_argv(default: int = 2) -> int:
 
 
 # XLA's CPU thread pool is sized at start-up: with --threads 1 both sides run single-threaded
-# (on this 2-core machine the default XLA pool, 2 threads, matches --threads 2).
+# (on a 2-core machine the default XLA pool, 2 threads, matches --threads 2).
 if _threads_from_argv() == 1:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
                                "false intra_op_parallelism_threads=1").strip()

@@ -56,10 +56,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # The LM whose position bias GOLD PANNING exploits ("" = the one c.zoo describes), and
     # the one whose profile is used in the calibration-mismatch run.
     c.model = "" if test else ("lm-s" if paper else "lm-xs-docs")
-    # The mismatch LM: lm-xs fine-tuned to favour early documents (another position bias).
-    # LMs trained from scratch on multi-document QA (+ copy, recall; d=64 for 1,500 steps,
-    # d=128 for 2,000 and 3,000), and lm-xs's own recipe with seed 1, learned to copy but never
-    # followed a document (TPR 0 at every position): no profile to transfer.
+    # The mismatch LM: lm-xs fine-tuned to favour early documents (another position bias);
+    # LMs trained from scratch on multi-document QA gave no profile to transfer (docs/zoo.md).
     c.model_mismatch = "" if test else ("lm-xs" if paper else "lm-xs-early")
     c.zoo = _zoo("gp-test", 0, 4, 32, 200, [2, 4], 224)
     c.zoo.n_layers = 1

@@ -80,10 +80,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.prkv.n_recent = 0
     # Average pooling of the scores over neighbouring positions, as SnapKV pools its own
     # (kvpress: kernel 5); 1 = off. With q/k smeared over 5 tokens (lm-xs) a fact spans a few
-    # neighbouring keys: on lm-xs-long's variable tracking (64 prompts, ratio 0.5 / 0.9)
-    # pooling takes PRKV from 0.47 / 0.02 to 0.88 / 0.20 (from 0.28 / 0.03 to 0.63 / 0.11 on
-    # the lm-xs-long of lm-xs's earlier, from-scratch recipe). The ablation below reports PRKV
-    # with and without it.
+    # neighbouring keys, and pooling keeps them together (docs/zoo.md has the effect on
+    # lm-xs-long). The ablation below reports PRKV with and without it.
     c.prkv.kernel_size = 5
 
     # PRKV ablation on one task: every (alpha, kernel_size) pair at the eval ratios. alpha

@@ -39,8 +39,8 @@ MAX_NEW_TOKENS = 24  # "kwfb=481\nA: 481" + EOS, with room for a wrong key
 
 def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
-    associative recall mixed in (copy grows induction heads; see :mod:`lab.zoo.spec` for what
-    MQAR was measured to do)."""
+    associative recall mixed in (copy grows induction heads; docs/zoo.md has what MQAR was
+    measured to do)."""
     model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
                     z.qk_smear)
     train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),

@@ -8,23 +8,10 @@ call page-faults those buffers back in, each page zero-filled by the kernel.
 
 ``LAB_MALLOC=tuned`` makes glibc serve every thread from the one main heap, never
 by ``mmap``, and keep freed memory instead of returning it to the system: a
-buffer freed by one call is reused, already mapped, by the next. It is opt-in,
-because one arena for all threads serialises their allocations. Measured on two
-2-core hosts, in interleaved runs against glibc's defaults (first host | second
-host, an AMD EPYC with AVX-512):
-
-- a jitted ``x * 2`` over 134 MB: 14 ms a call (0 page faults) against 54 ms
-  (33k faults) | not measured;
-- ``benchmarks/train.py``'s step (d=256, batch 8 x 256): 1.16-1.19x faster |
-  1.32x (11,042 against 8,361 tokens/s);
-- lm-xs's zoo step (d=128, batch 8 x 1024): unchanged (626 vs 632 ms) | 244-390
-  ms against 382-416 ms, about 1.3x and uneven from run to run;
-- ``tests/nn/test_smear.py::test_one_smeared_layer_learns_associative_recall``
-  (compiles and trains a small model): 1.4x slower (42-44 s against 29-30 s) |
-  1.25x slower (21.4 s against 17.0-17.5 s). On the first host, without the
-  one-arena setting it ran as fast as the defaults, but the benchmark's gain
-  went too; on the second, lm-xs's step without it was that of the defaults
-  (405 ms).
+buffer freed by one call is reused, already mapped, by the next. It is opt-in:
+one arena for all threads serialises their allocations, which slows
+compile-heavy work, and the process keeps its peak memory. Measurements per
+host are in ``docs/benchmarks.md``.
 
 ``import lab`` calls :func:`tune_malloc`, before XLA's threads first allocate
 (after, they keep their own arenas). Off glibc it does nothing.

@@ -1,6 +1,6 @@
 """Lab's data layer: tokenizers, synthetic task generators, real-format loaders, SFT batches.
 
-``lab.data`` imports no other Lab module (DESIGN.md, "Layers").
+``lab.data`` imports no other Lab module (docs/design.md, "Layers").
 """
 
 from lab.data.batching import (

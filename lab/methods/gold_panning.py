@@ -1,6 +1,6 @@
 """GOLD PANNING: Bayesian active search over document orderings (output-only access).
 
-Reading of the abstract (``/work/shared/seeds``, "GOLD PANNING"): a long-context
+Reading of the GOLD PANNING abstract (NeurIPS 2026): a long-context
 LM answers from the document it *attends to*, and where a document sits in the
 prompt changes how likely the model is to use it (position bias). Instead of
 fighting that bias inside the model, GOLD PANNING treats the model as a noisy

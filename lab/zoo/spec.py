@@ -166,11 +166,8 @@ def _tasks(context: tuple[int, int] = (128, 448)) -> dict:
     """The named models' mixture: recall (copy, MQAR), then the long-context tasks (needles,
     variable tracking, multi-document QA) and arithmetic. Copy grows induction heads; MQAR
     gives key lookup many training signals per example (:mod:`lab.data.synthetic.recall`).
-    Without ``qk_smear`` a 2-layer d=128 model trained on this mixture copied but learned no
-    lookup in 4,000 steps (held-out exact match: needle 0.05, kv QA 0.02); with
-    ``qk_smear=5`` it learned kv QA, needles and variable tracking in 3,000, but only after
-    ~1,500 steps on the plateau; trained from a copy-only stage (``lm-xs-copy``) it learns
-    them within a few hundred (``lm-xs``)."""
+    A small model learns its lookup from this mixture with ``qk_smear`` and after a
+    copy-only stage (``lm-xs-copy``); docs/zoo.md has the measurements."""
     return {
         "copy": {"weight": 1, "length": (8, 32)},
         "associative_recall": {"weight": 2, "n_pairs": (8, 32), "n_queries": (2, 6)},
@@ -210,16 +207,12 @@ def _docs_tune(name: str, steps: int, seed: int, gold_bias: str, description: st
         seq_len=512, batch_size=8, init="lm-xs", description=description)
 
 
-def _copy_stage(base: str, model: TransformerConfig, learning_rate: float,
-                measured: str) -> ZooSpec:
+def _copy_stage(base: str, model: TransformerConfig, learning_rate: float) -> ZooSpec:
     """``<base>-copy``, the first stage of ``base``: 600 steps of copy alone (rows of 512).
 
-    Copy alone grows the induction circuit by step ~200, where the mixture (or copy with
-    MQAR) holds it on its plateau (measured in :mod:`lab.data.synthetic.copy`), and from it
-    the mixture learns its lookup at once. With seed 1 for weights and data, where the
-    from-scratch recipe learned no lookup in 3,000 steps, lm-xs-copy reached held-out copy
-    0.91 at step 200, and 300 steps of the mixture from it gave kv QA 0.64, variable
-    tracking 0.28, needle 0.25.
+    600 copy steps form the induction circuit, where the mixture (or copy with MQAR) holds
+    the model on its plateau, and from it the mixture learns its lookup within a few hundred
+    steps (:mod:`lab.data.synthetic.copy`; measurements in docs/zoo.md).
     """
     return ZooSpec(
         name=f"{base}-copy", model=model,
@@ -228,8 +221,7 @@ def _copy_stage(base: str, model: TransformerConfig, learning_rate: float,
               "seed": 0},
         seq_len=512, batch_size=8,
         description=(f"{base}'s first stage: copy only, which grows the induction circuit "
-                     f"that {base}'s lookup builds on; measured on an AMD EPYC (AVX-512) "
-                     f"2-core host: {measured}"))
+                     f"that {base}'s lookup builds on"))
 
 
 NAMED: dict[str, ZooSpec] = {
@@ -240,9 +232,7 @@ NAMED: dict[str, ZooSpec] = {
               "n_eval": 32, "seed": 0},
         seq_len=64, batch_size=8,
         description="tiny, for tests: one-step one-digit arithmetic; trains in seconds"),
-    "lm-xs-copy": _copy_stage(
-        "lm-xs", _LM_XS, 3e-3,
-        measured="98 s, held-out copy exact match 0.95 (0.48 at step 200)"),
+    "lm-xs-copy": _copy_stage("lm-xs", _LM_XS, 3e-3),
     "lm-xs": ZooSpec(
         name="lm-xs", model=_LM_XS,
         train=train_recipe(800, 3e-3, eval_every=100),
@@ -250,39 +240,24 @@ NAMED: dict[str, ZooSpec] = {
         seq_len=1024, batch_size=8, init="lm-xs-copy",
         description=("2 layers, d=128 (0.43M params), q/k smeared over 5 tokens, contexts up to "
                      "960 tokens, trained 800 steps from lm-xs-copy; the base of the lm-xs-* "
-                     "fine-tunes; measured on an AMD EPYC (AVX-512) 2-core host: 385 s (483 s "
-                     "with lm-xs-copy), held-out exact match kv QA 0.92, variable tracking 0.70, "
-                     "copy 0.70, needle 0.17, associative recall 0.02, arithmetic 0.02 (kv QA "
-                     "0.56 by step 200). The previous recipe, 3,000 steps from scratch, sat on "
-                     "its plateau through step 1,500: 1,357 s to kv QA 0.72, variable tracking "
-                     "0.27 on that host, 2,678 s to kv QA 0.19 on another")),
+                     "fine-tunes")),
     # lm-xs fine-tuned to favour early documents: multi-document QA whose gold document is
     # drawn with probability falling linearly over the slots (and copy, against forgetting).
     # A model with another position bias: GOLD PANNING's calibration-mismatch run measures the
-    # profile on it and deploys on lm-xs-docs. (lm-xs's earlier recipe, 3,000 steps from
-    # scratch, with seed 1 instead learned no lookup: held-out kv QA exact match 0, copy 0.02.)
+    # profile on it and deploys on lm-xs-docs.
     "lm-xs-early": _docs_tune(
         "lm-xs-early", 300, seed=1, gold_bias="early",
-        description="lm-xs fine-tuned 300 steps on multi-document QA with early gold documents; "
-                    "measured on an AMD EPYC (AVX-512) 2-core host from the copy-staged lm-xs: "
-                    "52 s, held-out exact match kv QA 0.97, copy 0.94 (its held-out QA is "
-                    "early-biased too)"),
+        description="lm-xs fine-tuned 300 steps on multi-document QA with early gold documents, "
+                    "GOLD PANNING's calibration-mismatch model"),
     # lm-xs fine-tuned on multi-document QA whose gold document sits more often at either end
-    # ("lost in the middle"): GOLD PANNING's model. It was made for an lm-xs whose lookup
-    # emerged weakly (the earlier from-scratch recipe: kv QA 0.19, TPR ~0.2 at every slot), where
-    # 100 steps left a reader with room for ordering (one pass 0.85). From the copy-staged lm-xs
-    # it reads every slot at TPR 0.92-1.0 (one pass 0.93), and so does lm-xs itself (0.90).
+    # ("lost in the middle"): GOLD PANNING's model (docs/zoo.md: how strong a reader it is).
     "lm-xs-docs": _docs_tune(
         "lm-xs-docs", 100, seed=3, gold_bias="ends",
         description="lm-xs fine-tuned 100 steps on multi-document QA with gold documents "
-                    "favoured at both ends, GOLD PANNING's model; measured on an AMD EPYC "
-                    "(AVX-512) 2-core host from the copy-staged lm-xs: 23 s, held-out exact "
-                    "match kv QA 0.97, copy 0.92 (true-positive rate 0.92-1.0 over 16 slots)"),
+                    "favoured at both ends, GOLD PANNING's model"),
     # lm-xs fine-tuned on PRKV's evaluation tasks at PRKV's lengths (512-960 tokens), where
-    # lm-xs's mixture spreads over 128-960 and 6 tasks: an earlier, from-scratch lm-xs
-    # answered PRKV's prompts at full cache with variable tracking 0.27, needles 0.09,
-    # arithmetic 0.06, too little for eviction to lose. How far the fine-tune gets depends on
-    # the base (see the description).
+    # lm-xs's mixture spreads over 128-960 and 6 tasks, so that the model solves PRKV's
+    # prompts at full cache well enough for eviction to lose something (docs/zoo.md).
     "lm-xs-long": ZooSpec(
         name="lm-xs-long", model=_LM_XS,
         train=train_recipe(1500, 1e-3, seed=2, eval_every=100),
@@ -295,24 +270,15 @@ NAMED: dict[str, ZooSpec] = {
             "n_train": 16000, "n_eval": 64, "seed": 2},
         seq_len=1024, batch_size=8, init="lm-xs",
         description=("lm-xs fine-tuned 1,500 steps on needles, variable tracking (512-960 "
-                     "tokens) and one-digit arithmetic, PRKV's model; measured on an AMD EPYC "
-                     "(AVX-512) 2-core host, from the copy-staged lm-xs: 684 s, held-out exact "
-                     "match needle 0.69, variable tracking 0.83, arithmetic 0.09, copy 0.94. From "
-                     "lm-xs's earlier from-scratch recipe: 702 s and 0.33 / 0.77 / 0.27 / 0.84 "
-                     "there, 1,427 s and 0.97 / 0.94 / 0.34 / 0.98 on another 2-core host")),
-    "lm-s-copy": _copy_stage("lm-s", _LM_S, 2e-3,
-                             measured="215 s, held-out copy exact match 0.98 (0.80 at step 200)"),
+                     "tokens) and one-digit arithmetic, PRKV's model")),
+    "lm-s-copy": _copy_stage("lm-s", _LM_S, 2e-3),
     "lm-s": ZooSpec(
         name="lm-s", model=_LM_S,
         train=train_recipe(1000, 2e-3, eval_every=100),
         data={"tasks": _tasks(), "n_train": 60000, "n_eval": 64, "seed": 0},
         seq_len=512, batch_size=12, init="lm-s-copy",
         description=("3 layers, d=192 (1.3M params), q/k smeared over 5 tokens, contexts up to "
-                     "448 tokens, trained 1,000 steps from lm-s-copy; measured on an AMD EPYC "
-                     "(AVX-512) 2-core host: 597 s (812 s with lm-s-copy), held-out exact match "
-                     "1.0 on kv QA, needle, variable tracking, associative recall and copy, 0 on "
-                     "arithmetic (kv QA 0.81 by step 300). The previous recipe, 4,000 steps from "
-                     "scratch, took 2,254 s there to kv QA 0.06, needle 0.08, copy 0.97")),
+                     "448 tokens, trained 1,000 steps from lm-s-copy")),
     "lm-m": ZooSpec(
         name="lm-m", model=byte_lm(256, 4, 8, 2, 768, 4096, qk_smear=5),
         train=train_recipe(8000, 1.5e-3),

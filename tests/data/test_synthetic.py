@@ -1,5 +1,5 @@
 """Synthetic generators: determinism, ground truth recomputed independently, difficulty
-monotone in its knobs, and the obvious shortcut heuristics at chance (METHODS.md).
+monotone in its knobs, and the obvious shortcut heuristics at chance.
 
 Shortcut bounds: on N=400 samples a heuristic at chance p has a standard error
 sqrt(p(1-p)/400) <= 0.025; every bound below is chance + 0.08 (> 3 standard errors).

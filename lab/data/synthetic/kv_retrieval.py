@@ -25,8 +25,7 @@ from lab.data.synthetic.base import (
 )
 
 # Keys are lowercase letters only, disjoint from the values' digits: with shared symbols a
-# small model learns the key -> value lookup several times slower (measured in
-# :mod:`lab.data.synthetic.recall`).
+# small model learns the key -> value lookup several times slower (docs/zoo.md).
 KEY_ALPHABET = string.ascii_lowercase
 
 

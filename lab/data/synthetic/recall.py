@@ -7,21 +7,10 @@ the completion is a retrieval, so it gives the lookup that needle, key-value QA
 and variable tracking need (match a multi-character key, copy what follows)
 many times their training signal per token.
 
-Measured on this task's token-id form (16 pairs, keys and values single tokens from
-64 ids each, 8 queries): a 2-layer d=128 Transformer (AdamW 3e-3, batch 32) stays at
-the plateau, value accuracy ~0.11, for 6,000 steps, and ``transformers``' Qwen3 with
-the same layers, widths and recipe (its own init, untied embeddings) is at 0.12 after
-1,000: plain attention learns this lookup slowly at this scale. With
-``TransformerConfig.qk_smear`` (queries and keys mixed over the previous tokens) the
-same model learns it: 1.00 at 1,000 steps with a ``=`` separator (qk_smear=2), and
-0.998 at 500 steps with 4-token keys and 3-digit values, the byte form of this
-generator's pairs (qk_smear=5). Keys drawn from letters and digits share
-symbols with the values, and that slows the lookup (same model, qk_smear=5, batch 8;
-token-id form with that overlap: 0.105 at 500 steps, 0.196 at 1,000, against 0.988
-and 0.998 without). In this text form, with the loss on the values only, no ``Recall``
-line and 12-16 pairs, value accuracy reached 0.99 after 1,000 steps of a 2,000-step
-cosine schedule with letter-only keys, and 0.115 (0.23 at 1,500) with alphanumeric
-keys, the only change; so keys are letters only (``KEY_ALPHABET``).
+A small Transformer learns this lookup slowly with plain attention and quickly
+with ``TransformerConfig.qk_smear``; keys that share symbols with the values
+slow it several times, so keys are letters only (``KEY_ALPHABET``).
+Measurements in docs/zoo.md.
 """
 
 from __future__ import annotations

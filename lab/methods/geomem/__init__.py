@@ -1,4 +1,4 @@
-"""Geometric memorization (seeds file, "How do transformer language models memorize
+"""Geometric memorization (NeurIPS 2026 abstract "How do transformer language models memorize
 factual associations?"): random bijections memorised by a one-layer transformer.
 
 * :mod:`~lab.methods.geomem.data`: bijections, multi-hop chains, query tokens.

@@ -1,6 +1,6 @@
 """The closed-form geometric construction: superposed subject embeddings, a gated MLP selector.
 
-Following the construction in the geometric-memorization abstract (seeds file):
+Following the construction in the geometric-memorization abstract:
 attribute (entity) codes ``u_a`` are random unit vectors in ``R^m``; every
 chain ``c`` of relations gets a random orthogonal binding ``B_c``; a subject's
 embedding is the linear superposition ``e_s = sum_c B_c u_{pi_c(s)}``. The

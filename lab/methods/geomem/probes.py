@@ -1,6 +1,6 @@
 """Probes of the learnt solution: superposed embeddings, relation-gated MLP units.
 
-The abstract (seeds file, geometric memorization) predicts that gradient
+The geometric-memorization abstract predicts that gradient
 descent finds subject embeddings that are *linear superpositions* of their
 attribute vectors and an MLP that *gates by relation*. Two measurements:
 

@@ -151,7 +151,10 @@ def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
 
 
 def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -> dict:
-    """Design metrics of a population (see the GPA section of METHODS.md)."""
+    """Design metrics of a population: oracle objective (mean, top ``top_frac``), true and
+    audit-oracle activity, motif fidelity, prior log-likelihood per base, diversity, 3-mer
+    Jensen-Shannon divergence to the training data, homopolymer length, oracle calls (the
+    axes of the GPA abstract: activity, specificity, fidelity, diversity, reward hacking)."""
     x = jnp.asarray(pop.x, jnp.int32)
     world = assets.world
     r = np.asarray(reward_fn(x))

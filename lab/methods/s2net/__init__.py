@@ -1,4 +1,4 @@
-"""S²-Net: spiking-by-synchronisation networks (METHODS.md, ``s2net``).
+"""S²-Net: spiking-by-synchronisation networks (the S²-Net abstract, NeurIPS 2026).
 
 LIF neurons with surrogate gradients on a connectivity scaffold; oscillator
 phases estimated bottom-up from spikes in a finite window; top-down,

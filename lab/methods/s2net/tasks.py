@@ -9,9 +9,6 @@
   noise), class = stimulus direction.
 * :func:`signal_batch`: time-series classification: noisy sine, square,
   sawtooth and chirp waveforms with random frequency, phase and amplitude.
-
-(They could move to ``lab.data`` as generic synthetic generators; they live
-here while that package is being written by another engineer.)
 """
 
 from __future__ import annotations
