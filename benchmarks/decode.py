@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from flax import nnx  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
+from lab import hf as lab_hf  # noqa: E402
 from lab import infer  # noqa: E402
 from lab.nn import Transformer, TransformerConfig  # noqa: E402
 
@@ -59,26 +60,12 @@ def hf_model(seed: int = 0) -> Qwen3ForCausalLM:
 
 
 def lab_from_hf(hf: Qwen3ForCausalLM) -> Transformer:
-    """``lab.nn.Transformer`` with the weights of ``hf`` (Linear weights transposed)."""
-    model = Transformer(TransformerConfig(**CONFIG), rngs=nnx.Rngs(0))
-    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-
-    def put(param, array):
-        assert param[...].shape == array.shape, (param[...].shape, array.shape)
-        param[...] = jax.numpy.asarray(array)
-
-    put(model.embed.embedding, sd["model.embed_tokens.weight"])
-    put(model.norm.weight, sd["model.norm.weight"])
-    for i, layer in enumerate(model.layers):
-        p = f"model.layers.{i}."
-        for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
-            put(getattr(layer.attn, ours).kernel, sd[p + f"self_attn.{theirs}.weight"].T)
-        put(layer.attn.q_norm.weight, sd[p + "self_attn.q_norm.weight"])
-        put(layer.attn.k_norm.weight, sd[p + "self_attn.k_norm.weight"])
-        for ours in ("gate", "up", "down"):
-            put(getattr(layer.mlp, ours).kernel, sd[p + f"mlp.{ours}_proj.weight"].T)
-        put(layer.attn_norm.weight, sd[p + "input_layernorm.weight"])
-        put(layer.mlp_norm.weight, sd[p + "post_attention_layernorm.weight"])
+    """``lab.nn.Transformer`` with the weights of ``hf``, through ``lab.hf``'s loader
+    (a ``save_pretrained`` directory; q/k/v and gate/up are fused on load)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(tmp)
+        model = lab_hf.load_pretrained(tmp, dtype="float32")
+    assert model.config == TransformerConfig(**CONFIG), model.config
     return model
 
 

@@ -62,7 +62,8 @@ def mutation(particles=(256, 1024, 4096), length: int = 64):
     for n in particles:
         x = generators.ar_sample(ar, jax.random.key(0), n, length)[0]
         r = reward(x)
-        step = lambda k, x=x, r=r: sampler._mh_step(k, x, r, 1.0, 0.25, propose, reward, True)
+        step = lambda k, x=x, r=r: sampler.mh_step(k, x, r, beta=1.0, tau=0.25, propose=propose,
+                                                reward=reward)
         t = _time(step, jax.random.key(2), reps=3)
         print(f"  {n:5d} particles: {n / t:10.1f} particle-steps/s ({t * 1e3:.1f} ms/step)")
 

@@ -25,13 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from flax import nnx
 
 from configs.prkv import POLICIES, get_config
 from lab import infer, launch, zoo
 from lab.config import check_preset, validate
 from lab.data.synthetic import extract_answer, generate
-from lab.infer import engine, policies
+from lab.infer import policies
 from lab.methods import prkv as prkv_lib
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
 from lab.zoo import ZooSpec, byte_lm, train_recipe
@@ -166,34 +165,23 @@ def _timed(fn, repeats: int) -> float:
 def cache_costs(model, x, lengths, names, ratios, config):
     """Kept KV bytes per example for every (policy, ratio), and scoring / prefill seconds.
 
-    The prefill statistics every policy needs are captured once (``engine._prefill``
-    with a recording policy); each policy's function is then jitted and timed on
-    them alone, against the jitted prefill forward without captures.
+    The prefill statistics every policy needs are captured once (``infer.prefill``
+    under ``"full"`` with ``return_stats``, which returns the uncompressed cache);
+    each policy's function is then jitted and timed on them alone, against the
+    prefill forward without captures.
     """
     e = config.eval
-    graphdef, state = nnx.split(model)
-    t = x.shape[1]
 
-    def record(cache, stats, budget):
-        record.out = (cache, stats)
-        return cache
+    def capture():
+        return infer.prefill(model, x, lengths=lengths, return_stats=policies.STATS,
+                             window=e.window)[1:]
 
-    spy = policies.Policy(record, needs=policies.STATS, window=e.window)
+    def forward():  # the prefill forward alone: no captures, no policy
+        return infer.prefill(model, x, lengths=lengths)[1]
 
-    @jax.jit
-    def capture(state, x, lengths):
-        engine._prefill(nnx.merge(graphdef, state), x, lengths, lengths, policy=spy, kwargs=(),
-                        window=e.window, capacity=t, hidden=False)
-        return record.out
-
-    @jax.jit
-    def forward(state, x, lengths):  # the prefill forward alone: no captures, no policy
-        return engine._prefill(nnx.merge(graphdef, state), x, lengths, lengths, policy=None,
-                               kwargs=(), window=e.window, capacity=t, hidden=False)[1]
-
-    cache, stats = capture(state, x, lengths)
-    prefill_s = _timed(lambda: forward(state, x, lengths), e.timing_repeats)
-    capture_s = _timed(lambda: capture(state, x, lengths), e.timing_repeats)
+    cache, stats = capture()
+    prefill_s = _timed(forward, e.timing_repeats)
+    capture_s = _timed(capture, e.timing_repeats)
     out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
     for name in names:
         pol = policies.get(name)

@@ -91,7 +91,8 @@ def as_batch(tokens, lengths=None, pad_id: int = 0) -> tuple[np.ndarray, np.ndar
 class _Plan(NamedTuple):
     tokens: np.ndarray
     lengths: np.ndarray
-    budget: np.ndarray
+    budget: np.ndarray          # [B] kept after the chunk
+    decode_budget: np.ndarray   # [B] kept by each compression while decoding
     question_lengths: np.ndarray
     eviction: Eviction
 
@@ -155,7 +156,10 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
     # the last compression (every new token when compress_every is unset); writing a
     # padded chunk onto a held cache needs held + T slots first.
     grow = min(compress_every, max_new) if (evicts and compress_every) else max_new
-    need = int(after.max()) + grow
+    # An absolute budget is the cache's size while decoding (kvpress's target_size),
+    # which may exceed a short prompt; a ratio keeps the prompt's kept count.
+    during = np.full_like(after, budget) if (evicts and budget is not None) else after
+    need = int(max(after.max(), during.max())) + grow
     if held.any():
         need = max(need, int(held.max()) + tokens.shape[1])
     if capacity is None:
@@ -180,7 +184,8 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
                                 if observed else ""))
     eviction = Eviction(pol if evicts else None, tuple(sorted(kwargs.items())), window,
                         capacity, compress_every if evicts else None)
-    return _Plan(tokens, lengths, after.astype(np.int32), qlens.astype(np.int32), eviction)
+    return _Plan(tokens, lengths, after.astype(np.int32), during.astype(np.int32),
+                 qlens.astype(np.int32), eviction)
 
 
 def _window(queries, positions, lengths, window: int, qlens):
@@ -308,6 +313,7 @@ def _last(x, lengths, axis):
 
 def _decode_from(model, cache, hid, lengths, key, temperature, *, opts, eviction, budget,
                  return_cache):
+    # budget: [B] entries each compression keeps while decoding
     """Samples token 0 from the chunk's last hidden state, then runs the decode loop."""
     h_last = _last(hid, lengths, axis=2)                       # [L+1, B, D]
     tok, lp = sampling.choose(model.unembed(h_last[-1]), jax.random.fold_in(key, 0),
@@ -322,24 +328,24 @@ _GEN_STATIC = ("opts", "eviction", "return_cache")
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=_GEN_STATIC)
-def _generate_jit(graphdef, state, tokens, lengths, budget, qlens, key, temperature, *, opts,
+def _generate_jit(graphdef, state, tokens, lengths, budgets, qlens, key, temperature, *, opts,
                   eviction, return_cache):
     model = nnx.merge(graphdef, state)
-    _, cache, _, hid = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budget,
+    _, cache, _, hid = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budgets[0],
                                qlens, eviction=eviction, hidden=True)
     return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
-                        eviction=eviction, budget=budget, return_cache=return_cache)
+                        eviction=eviction, budget=budgets[1], return_cache=return_cache)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=_GEN_STATIC)
-def _continue_jit(graphdef, state, cache, tokens, lengths, budget, qlens, key, temperature, *,
-                  opts, eviction, return_cache):
+def _continue_jit(graphdef, state, cache, tokens, lengths, budgets, qlens, key, temperature,
+                  *, opts, eviction, return_cache):
     model = nnx.merge(graphdef, state)
     cache = policies_lib.resize(cache, eviction.capacity)
-    _, cache, _, hid = _extend(model, cache, tokens, lengths, budget, qlens, eviction=eviction,
-                               hidden=True)
+    _, cache, _, hid = _extend(model, cache, tokens, lengths, budgets[0], qlens,
+                               eviction=eviction, hidden=True)
     return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
-                        eviction=eviction, budget=budget, return_cache=return_cache)
+                        eviction=eviction, budget=budgets[1], return_cache=return_cache)
 
 
 def _options(options: GenerateOptions | None, max_new_tokens, sampling_kwargs: dict,
@@ -354,6 +360,11 @@ def _options(options: GenerateOptions | None, max_new_tokens, sampling_kwargs: d
     sampling.check(options.temperature, options.top_k, options.top_p, vocab_size)
     check_tokens(np.array(options.stop_tokens, np.int64), vocab_size, name="stop_tokens")
     return options
+
+
+def _temperature(opts: GenerateOptions) -> jax.Array:
+    """The run-time temperature (1 for greedy, where it is unused)."""
+    return jnp.float32(1.0 if opts.greedy else opts.temperature)
 
 
 _SAMPLING = ("temperature", "top_k", "top_p", "stop_tokens", "seed", "capture")
@@ -413,8 +424,8 @@ def _generate_call(model, tokens, max_new_tokens, options, kwargs, **plan_kwargs
     if opts.pad_id != plan_kwargs["pad_id"]:
         opts = dataclasses.replace(opts, pad_id=plan_kwargs["pad_id"])
     graphdef, state = nnx.split(model)
-    args = (graphdef, state, plan.tokens, plan.lengths, plan.budget, plan.question_lengths,
-            jax.random.key(opts.seed), jnp.float32(1.0 if opts.greedy else opts.temperature))
+    args = (graphdef, state, plan.tokens, plan.lengths, (plan.budget, plan.decode_budget),
+            plan.question_lengths, jax.random.key(opts.seed), _temperature(opts))
     return args, dict(opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
 
 
@@ -451,9 +462,9 @@ def continue_generation(model: Transformer, cache: KVCache, tokens, *,
     if opts.pad_id != pad_id:
         opts = dataclasses.replace(opts, pad_id=pad_id)
     graphdef, state = nnx.split(model)
-    return _continue_jit(graphdef, state, cache, plan.tokens, plan.lengths, plan.budget,
-                         plan.question_lengths, jax.random.key(opts.seed),
-                         jnp.float32(1.0 if opts.greedy else opts.temperature),
+    return _continue_jit(graphdef, state, cache, plan.tokens, plan.lengths,
+                         (plan.budget, plan.decode_budget), plan.question_lengths,
+                         jax.random.key(opts.seed), _temperature(opts),
                          opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
 
 

@@ -71,7 +71,12 @@ class Population:
     seconds: float
 
 
-def _mh_step(key, x, r, beta, tau, propose, reward, mh: bool):
+def mh_step(key, x, r, *, beta, tau, propose, reward, mh: bool = True):
+    """One mutation of every particle: propose, score with the oracle, and accept by
+    Metropolis-Hastings at inverse temperature ``beta`` (``mh=False`` accepts all).
+
+    Returns ``(x, r, acceptance rate)``.
+    """
     kp, ka = jax.random.split(key)
     x_new, log_corr = propose(kp, x)
     r_new = reward(x_new)
@@ -113,7 +118,8 @@ def gpa(key: jax.Array, init: Callable, propose: Callable, reward: Callable,
         acc = []
         for _ in range(config.mutation_steps):
             kb, km = jax.random.split(kb)
-            x, r, a = _mh_step(km, x, r, beta, tau, propose, reward, config.mh)
+            x, r, a = mh_step(km, x, r, beta=beta, tau=tau, propose=propose, reward=reward,
+                              mh=config.mh)
             calls += n
             acc.append(float(a))
         history.append({"round": len(history) + 1, "beta": float(beta), "ess": ess,
