@@ -30,7 +30,7 @@ from lab.config import validate
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
-from lab.outputs import claim, markdown_table, save_figure, to_jsonable, write_outputs
+from lab.outputs import claim, markdown_table, regime, save_figure, to_jsonable, write_outputs
 from lab.zoo import byte_lm, train_recipe
 
 CALIB_SEED, EVAL_SEED = 101, 202
@@ -170,6 +170,40 @@ def fit_log(ns, rounds) -> dict:
     return {"a": float(a), "b": float(b), "r2": float(r2)}
 
 
+# The regime GOLD PANNING needs: a position bias to exploit, and room above one pass.
+REGIME_MIN_SPREAD = 0.1
+REGIME_MAX_SINGLE_PASS = 0.9
+
+
+def regime_checks(results, min_spread=REGIME_MIN_SPREAD,
+                  max_single=REGIME_MAX_SINGLE_PASS) -> list[dict]:
+    """GOLD PANNING's regime (``results["regime"]``), from the measured profile and the
+    real LM's single-pass row: the reader's diagnosticity (TPR - FPR per position,
+    :func:`lab.methods.gold_panning.diagnosticity`) differs across positions by at least
+    ``min_spread`` (max - min), else there is no position bias for the ordering to
+    exploit; and one pass in the given order answers at most ``max_single`` of the prompts,
+    else there is nothing for more queries to recover. Both bounds are inclusive (to 1e-9:
+    the rates are fractions of prompts, and ``0.5 - 0.4`` is not quite ``0.1`` in floats)."""
+    prof = gp.Profile(np.asarray(results["profile"]["tpr"], float),
+                      np.asarray(results["profile"]["fpr"], float))
+    d = gp.diagnosticity(prof)
+    spread = float(d.max() - d.min())
+    single = float(results["real"]["single_pass"][0]["accuracy"])
+    return [
+        regime(f"the reader has a position bias: its diagnosticity (TPR - FPR) over the "
+               f"{prof.n} positions spans max - min >= {min_spread:g}", spread,
+               spread >= min_spread - 1e-9),
+        regime(f"one pass in the given order is not near-perfect: its accuracy on the real "
+               f"LM <= {max_single:g}", single, single <= max_single + 1e-9),
+    ]
+
+
+def main_table(results) -> list[dict]:
+    """Accuracy, F1 and mean queries per method and budget on the real LM (the report's
+    main table), from ``results["real"]``."""
+    return _rows(results["real"])
+
+
 CHECKS = {
     "real_n": (lambda v: v >= 2, "an int >= 2"),
     "n_calib": (lambda v: v >= 1, "a positive int"),
@@ -278,6 +312,7 @@ def run(config, workdir: str) -> dict:
                     "total": time.time() - t0},
         "claims": claims,
     }
+    results["regime"] = regime_checks(results)
     report = _report(c, results)
     plots = _plots(workdir, c, results)
     results = to_jsonable(results)

@@ -32,7 +32,7 @@ from lab.config import check_preset, validate
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import policies
 from lab.methods import prkv as prkv_lib
-from lab.outputs import claim, markdown_table, save_figure, write_outputs
+from lab.outputs import claim, markdown_table, regime, save_figure, write_outputs
 from lab.zoo import ZooSpec, byte_lm, train_recipe
 
 TASKS = ("variable_tracking", "needle", "arithmetic")
@@ -230,10 +230,7 @@ def _claims(acc, agreement, costs, solved, config) -> list[dict]:
     high = [r for r in c.high_ratios if r in e.ratios]
     baselines = [p for p in e.policies if p not in ("full", "prkv")]
     out = []
-    tasks = [t for t in acc if solved[t]]
-    out.append(claim(f"the model solves each task with the full cache (exact match >= "
-                     f"{c.solved_accuracy})", "full-cache exact match per task",
-                     {t: acc[t]["full"]["0.0"] for t in acc}, all(solved.values())))
+    tasks = [t for t in acc if solved[t]]  # the model at full cache is a regime check
     if "prkv" in e.policies and baselines and high and tasks:
         def mean(p, ts):
             return float(np.mean([acc[t][p][str(r)] for t in ts for r in high]))
@@ -284,6 +281,35 @@ def _claims(acc, agreement, costs, solved, config) -> list[dict]:
         out.append(claim("PRKV's scoring costs less than the prefill forward it follows",
                          "PRKV scoring time / prefill forward time", frac, frac < 1.0))
     return out
+
+
+# Full-cache exact match each task must reach for the comparison to say anything.
+REGIME_BAND = (0.3, 0.95)
+
+
+def regime_checks(acc, band=REGIME_BAND) -> list[dict]:
+    """PRKV's regime (``results["regime"]``), from ``results["accuracy"]`` alone: on every
+    task the claims average over, the model answers at full cache with exact match in
+    ``band`` (inclusive, to 1e-9). Below 0.3 the model rarely answers even with every key
+    kept, so the policies' scores differ by a few prompts of noise and none can show what it
+    keeps; above 0.95 the task is at the model's ceiling for its length, where the answer
+    usually survives moderate eviction under every policy and the comparison rests on the
+    highest ratios alone."""
+    lo, hi = band
+    return [regime(f"the model solves {t} at full cache, not at ceiling: exact match in "
+                   f"[{lo:g}, {hi:g}]", acc[t]["full"]["0.0"],
+                   lo - 1e-9 <= acc[t]["full"]["0.0"] <= hi + 1e-9) for t in acc]
+
+
+def main_table(results) -> list[dict]:
+    """Exact match per policy (rows) and ratio (columns), mean over the tasks: the report's
+    "mean over tasks" table, from ``results["accuracy"]``."""
+    acc = results["accuracy"]
+    first = next(iter(acc.values()))
+    ratios = sorted(first["full"], key=float)
+    return [{"policy": p, **{f"r={float(r):g}": float(np.mean([acc[t][p][r] for t in acc]))
+                             for r in ratios if r in first[p]}}
+            for p in first if p != "question_only"]
 
 
 def ablation_name(alpha: float, kernel_size: int, restart: str = "window") -> str:
@@ -437,7 +463,7 @@ def run(config, workdir: str) -> dict:
     plot = _plot(acc, ratios, workdir)
     results = {"model": info, "width": width, "n_per_task": e.n_per_task, "accuracy": acc,
                "agreement": agreement, "solved": solved, "costs": costs, "memory": memory,
-               "ablation": ablation, "claims": claims,
+               "ablation": ablation, "claims": claims, "regime": regime_checks(acc),
                "seconds": time.time() - t0}
     write_outputs(workdir, name="prkv", config=config, results=results,
                   report=_report(acc, agreement, costs, memory, ablation, info, ratios,

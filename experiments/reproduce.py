@@ -8,16 +8,20 @@ shared list. Each runs with ``get_config(preset)`` into ``workdir/<name>/``
 under a progress bar. A failing experiment is logged with its traceback
 (``workdir/<name>/error.txt``) and recorded, and the others still run.
 ``workdir/report.md`` starts with a scoreboard of every claim of every
-experiment, then a status table (experiment, status, seconds), then each
+experiment, each marked informative or not by its run's regime checks
+(``results["regime"]``, :func:`lab.outputs.regime`: a claim of a run whose regime
+fails is not informative, one of a run that states none is unchecked), then the
+regime checks, a status table (experiment, status, seconds), then each
 experiment's report with its image links rewritten to ``<name>/<png>``;
-``workdir/results.json`` summarises the same. The process exits with status 1
-when any experiment failed (after writing the report).
+``workdir/results.json`` summarises the same. Numbers print with three significant
+digits. With ``--results_doc=docs/results.md`` it also writes that page
+(:mod:`experiments.results_doc`). The process exits with status 1 when any
+experiment failed (after writing the report).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 import sys
@@ -28,8 +32,9 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from tqdm import tqdm
 
+from experiments import results_doc
 from lab.config import check_preset
-from lab.outputs import atomic_write_text, markdown_table, write_json
+from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_EXPERIMENTS = frozenset({"reproduce", "train_lm"})
@@ -70,22 +75,32 @@ def _rewrite(report: str, name: str) -> str:
     return _IMAGE.sub(image, "\n".join(lines))
 
 
-def _measured(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+INFORMATIVE = {True: "yes", False: "no", None: "unchecked"}
 
 
 def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
     """The markdown of ``workdir/report.md`` from the per-experiment entries."""
-    held = sum(c["holds"] for e in entries for c in e.get("claims", []))
-    total = sum(len(e.get("claims", [])) for e in entries)
+    claims = [(e, c) for e in entries for c in e.get("claims", [])]
+    held = sum(c["holds"] for _, c in claims)
+    by = {k: [c for e, c in claims if regime_holds(e) is k] for k in INFORMATIVE}
     out = [f"# Lab reproduction report (preset `{preset}`)\n",
-           f"{held} of {total} claims hold; "
+           f"{held} of {len(claims)} claims hold; "
            f"{sum(e['status'] == 'ok' for e in entries)} of {len(entries)} experiments ran.\n",
+           f"Informative (their run's regime checks hold): {len(by[True])} claims, "
+           f"{sum(c['holds'] for c in by[True])} of them hold. Not informative (a regime check "
+           f"of their run fails): {len(by[False])}. Unchecked (their experiment states no "
+           f"regime): {len(by[None])}.\n",
            "## Scoreboard\n"]
     rows = [{"experiment": e["name"], "holds": "yes" if c["holds"] else "no",
-             "claim": c["claim"], "metric": c["metric"], "measured": _measured(c["measured"])}
-            for e in entries for c in e.get("claims", [])]
+             "informative": INFORMATIVE[regime_holds(e)], "claim": c["claim"],
+             "metric": c["metric"], "measured": format_value(c["measured"])}
+            for e, c in claims]
     out.append(markdown_table(rows) if rows else "(no claims: no experiment finished)\n")
+    checks = [{"experiment": e["name"], "holds": "yes" if r["holds"] else "no",
+               "check": r["check"], "measured": format_value(r["measured"])}
+              for e in entries for r in e.get("regime", [])]
+    out.append("\n## Regime\n")
+    out.append(markdown_table(checks) if checks else "(no experiment states regime checks)\n")
     out.append("\n## Status\n")
     out.append(markdown_table([{"experiment": e["name"], "status": e["status"],
                                 "seconds": round(e["seconds"], 1),
@@ -103,12 +118,17 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
 
 
 def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
-            only: Sequence[str] | None = None) -> dict:
+            only: Sequence[str] | None = None, results_doc_path: str = "") -> dict:
     """Runs the experiments (all, or those in ``only``) and writes the combined outputs.
 
+    ``results_doc_path`` (when not empty): also write that markdown page from every
+    experiment's ``results.json`` (:func:`experiments.results_doc.write`).
+
     Returns:
-      ``{"preset", "experiments": [{"name", "status", "seconds", "claims", "error"?}],
-      "claims_held", "claims_total", "failed": [names]}`` (also ``workdir/results.json``).
+      ``{"preset", "experiments": [{"name", "status", "seconds", "claims", "regime",
+      "informative", "error"?}], "claims_held", "claims_total", "claims_informative",
+      "claims_informative_held", "failed": [names]}`` (also ``workdir/results.json``);
+      ``informative`` is True / False / None (regime holds / fails / not stated).
     """
     preset = check_preset(preset)
     names = discover()
@@ -128,34 +148,45 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
         try:
             get_config, run = load(name)
             results = run(get_config(preset), os.path.join(workdir, name))
-            entry.update(status="ok", claims=list(results.get("claims", [])))
+            entry.update(status="ok", claims=list(results.get("claims", [])),
+                         regime=list(results.get("regime", [])))
         except Exception as e:  # keep going: one broken experiment must not hide the others
             tb = traceback.format_exc()
             logging.error("experiment %s failed:\n%s", name, tb)
             atomic_write_text(os.path.join(workdir, name, "error.txt"), tb)
-            entry.update(status="failed", claims=[], error=f"{type(e).__name__}: {e}")
+            entry.update(status="failed", claims=[], regime=[],
+                         error=f"{type(e).__name__}: {e}")
         entry["seconds"] = time.time() - t0
+        entry["informative"] = regime_holds(entry)
         entries.append(entry)
     summary = {
         "preset": preset,
         "experiments": entries,
         "claims_held": sum(c["holds"] for e in entries for c in e["claims"]),
         "claims_total": sum(len(e["claims"]) for e in entries),
+        "claims_informative": sum(len(e["claims"]) for e in entries if e["informative"]),
+        "claims_informative_held": sum(c["holds"] for e in entries if e["informative"]
+                                       for c in e["claims"]),
         "failed": [e["name"] for e in entries if e["status"] != "ok"],
     }
     write_json(os.path.join(workdir, "results.json"), summary)
     atomic_write_text(os.path.join(workdir, "report.md"), combined_report(preset, entries, workdir))
+    if results_doc_path:
+        results_doc.write(workdir, results_doc_path, names=[e["name"] for e in entries])
     return summary
 
 
 _PRESET = flags.DEFINE_string("preset", "default", "Preset: test | default | paper.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 _ONLY = flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
+_RESULTS_DOC = flags.DEFINE_string(
+    "results_doc", "", "Also write this markdown page (e.g. docs/results.md) from the runs' "
+    "results.json files; empty: do not.")
 
 
 def main(argv):
     del argv
-    summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value)
+    summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value, _RESULTS_DOC.value)
     if summary["failed"]:
         logging.error("failed experiments: %s", summary["failed"])
         sys.exit(1)

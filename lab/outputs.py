@@ -1,46 +1,41 @@
-"""What every launcher writes: config.json, results.json (with claims), report.md, plots.
+"""What every launcher writes: config.json, results.json (with claims and regime), report.md.
 
-All writes are atomic (a temporary file in the same directory, fsynced, then
-``os.replace``), so an interrupted run never leaves a half-written file that a
-later run would trust.
+All writes go through :mod:`lab.atomic` (a temporary file in the same directory,
+fsynced, then ``os.replace``), so an interrupted run never leaves a half-written
+file that a later run would trust; ``atomic_write_bytes`` / ``atomic_write_text``
+are its ``write_bytes`` / ``write_text`` under their earlier names.
 
-``results.json`` carries a ``claims`` list (DESIGN.md, "Configs, launchers,
-outputs"): one entry per headline claim of the paper the experiment tests,
-``{"claim", "metric", "measured", "holds"}``, decided by a rule in the
-experiment through :func:`claim`.
+``results.json`` carries a ``claims`` list: one entry per headline claim of the
+paper the experiment tests, ``{"claim", "metric", "measured", "holds"}``, decided
+by a rule in the experiment through :func:`claim`. Beside it an optional
+``regime`` list, ``{"check", "measured", "holds"}`` (:func:`regime`): what must be
+true of the run for its claims to say anything (the model solves the task at all,
+the effect the method exploits is there to exploit). When a regime check fails
+the claims are reported, and marked not informative (:func:`regime_holds`).
+
+Numbers in reports print with about three significant digits
+(:func:`format_number`); dicts and lists print as compact ``key=value`` text
+(:func:`format_value`), never as a JSON dump.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from lab import atomic
+from lab.atomic import write_bytes as atomic_write_bytes
+from lab.atomic import write_text as atomic_write_text
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+__all__ = [
+    "atomic_write_bytes", "atomic_write_text", "claim", "claims_table", "format_number",
+    "format_value", "markdown_table", "regime", "regime_holds", "regime_table", "save_figure",
+    "to_jsonable", "write_json", "write_outputs",
+]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -70,7 +65,9 @@ def to_jsonable(value: Any) -> Any:
 
 
 def write_json(path: str, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
+    """Writes ``obj`` (numpy values, NaN and ConfigDicts converted by :func:`to_jsonable`) as
+    JSON to ``path`` atomically."""
+    atomic.write_json(path, to_jsonable(obj))
 
 
 def claim(statement: str, metric: str, measured: Any, holds: bool) -> dict:
@@ -83,17 +80,80 @@ def claim(statement: str, metric: str, measured: Any, holds: bool) -> dict:
     }
 
 
+def regime(check: str, measured: Any, holds: bool) -> dict:
+    """One entry of ``results["regime"]``: ``check`` states what must be true of the run
+    (thresholds included), ``measured`` the number it was decided on."""
+    return {"check": check, "measured": to_jsonable(measured), "holds": bool(holds)}
+
+
+def regime_holds(results: Mapping[str, Any]) -> bool | None:
+    """True when every regime check of ``results`` holds, False when one fails, None when
+    the experiment states none (its claims are then unchecked, not uninformative)."""
+    checks = results.get("regime") or []
+    return all(c["holds"] for c in checks) if checks else None
+
+
+def format_number(value: Any, digits: int = 3) -> str:
+    """A number for a report: ints exactly, floats to ``digits`` significant digits.
+
+    Floats from ``10**digits`` up to a million print as whole numbers (``12346``, not
+    ``1.23e+04``); others use ``g`` formatting (``0.99``, ``0.000123``, ``1.2e+07``).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    v = float(value)
+    if not math.isfinite(v):
+        return str(v)
+    if 10 ** digits <= abs(v) < 1e6:
+        return f"{v:.0f}"
+    return format(v, f".{digits}g")
+
+
+def format_value(value: Any, digits: int = 3) -> str:
+    """Any measured value as compact text: numbers by :func:`format_number`, mappings as
+    ``key=value`` pairs (nested ones in parentheses), sequences in brackets."""
+    if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return format_number(value, digits)
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "to_dict") or hasattr(value, "__array__"):  # ConfigDict, numpy, jax
+        value = to_jsonable(value)
+        if not isinstance(value, (Mapping, list)):
+            return format_value(value, digits)
+    if isinstance(value, Mapping):
+        def item(v):
+            text = format_value(v, digits)
+            return f"({text})" if isinstance(v, Mapping) and v else text
+        return ", ".join(f"{k}={item(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(v, digits) for v in value) + "]"
+    return str(value)
+
+
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-                   floatfmt: str = ".4g") -> str:
-    """A GitHub markdown table of dict rows (columns default to the first row's keys)."""
+                   floatfmt: str | None = None) -> str:
+    """A GitHub markdown table of dict rows (columns default to the first row's keys).
+
+    Floats print with ``floatfmt`` when given (``".3f"``), else with three significant
+    digits (:func:`format_number`); dicts and lists compactly (:func:`format_value`);
+    ``None`` as an empty cell.
+    """
     if not rows:
         return "(no rows)\n"
     columns = list(columns or rows[0].keys())
 
     def fmt(v):
-        if isinstance(v, (float, np.floating)):
-            return format(float(v), floatfmt) if math.isfinite(float(v)) else str(v)
-        return "" if v is None else str(v)
+        if v is None:
+            return ""
+        if isinstance(v, (float, np.floating)) and floatfmt and math.isfinite(float(v)):
+            text = format(float(v), floatfmt)
+        else:
+            text = format_value(v)
+        return text.replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
@@ -102,13 +162,25 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
 
 
 def claims_table(claims: Sequence[Mapping[str, Any]]) -> str:
-    rows = [
-        {"holds": "yes" if c["holds"] else "no", "claim": c["claim"], "metric": c["metric"],
-         "measured": json.dumps(c["measured"]) if not isinstance(c["measured"], (int, float, str))
-         else c["measured"]}
-        for c in claims
-    ]
+    """The claims as a table: holds, claim, metric, measured (rounded, compact)."""
+    rows = [{"holds": "yes" if c["holds"] else "no", "claim": c["claim"], "metric": c["metric"],
+             "measured": format_value(c["measured"])} for c in claims]
     return markdown_table(rows, ["holds", "claim", "metric", "measured"])
+
+
+def regime_table(checks: Sequence[Mapping[str, Any]]) -> str:
+    """The regime checks as a table: holds, check, measured (rounded, compact)."""
+    rows = [{"holds": "yes" if c["holds"] else "no", "check": c["check"],
+             "measured": format_value(c["measured"])} for c in checks]
+    return markdown_table(rows, ["holds", "check", "measured"])
+
+
+def _check_regime(name: str, checks: Any) -> None:
+    keys = {"check", "measured", "holds"}
+    if not isinstance(checks, (list, tuple)) or not all(
+            isinstance(c, Mapping) and set(c) == keys for c in checks):
+        raise ValueError(f"results['regime'] of {name!r} is {checks!r}; expected a list of "
+                         f"{{'check', 'measured', 'holds'}} entries (lab.outputs.regime)")
 
 
 def write_outputs(workdir: str, *, name: str, config: Any, results: Mapping[str, Any],
@@ -120,9 +192,9 @@ def write_outputs(workdir: str, *, name: str, config: Any, results: Mapping[str,
       name: the experiment's name (``"geomem"``), the report's title.
       config: the ConfigDict the run used.
       results: every number the report shows; must contain ``claims`` (a list
-        made with :func:`claim`).
-      report: the markdown body (tables, baselines side by side); the claims
-        table and plots are added here.
+        made with :func:`claim`), may contain ``regime`` (a list made with :func:`regime`).
+      report: the markdown body (tables, baselines side by side); the claims and
+        regime tables and plots are added here.
       plots: PNG file names relative to ``workdir``.
 
     Returns:
@@ -131,12 +203,20 @@ def write_outputs(workdir: str, *, name: str, config: Any, results: Mapping[str,
     if "claims" not in results:
         raise ValueError(f"results for {name!r} have no 'claims' list; every experiment "
                          "states the paper claims it tests (lab.outputs.claim)")
+    if "regime" in results:
+        _check_regime(name, results["regime"])
     os.makedirs(workdir, exist_ok=True)
     write_json(os.path.join(workdir, "config.json"), config)
     results = to_jsonable(dict(results, plots=list(plots)))
     write_json(os.path.join(workdir, "results.json"), results)
-    text = [f"# {name}\n", "## Claims\n", claims_table(results["claims"]), "\n",
-            report.rstrip(), "\n"]
+    text = [f"# {name}\n", "## Claims\n", claims_table(results["claims"]), "\n"]
+    if results.get("regime"):
+        verdict = ("Every regime check holds: the claims above are informative."
+                   if regime_holds(results) else
+                   "A regime check fails: the run is outside the regime where the method's "
+                   "effect can show, so the claims above are not informative.")
+        text += ["## Regime\n", regime_table(results["regime"]), "\n", verdict, "\n\n"]
+    text += [report.rstrip(), "\n"]
     for p in plots:
         text.append(f"\n![{p}]({p})\n")
     atomic_write_text(os.path.join(workdir, "report.md"), "".join(text))

@@ -1,4 +1,5 @@
-"""lab.config.validate and lab.outputs: errors that name the key, atomic writes, JSON safety."""
+"""lab.config.validate, lab.atomic and lab.outputs: errors that name the key, atomic writes,
+JSON safety, rounded report numbers, regime checks."""
 
 import json
 import math
@@ -8,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from lab import outputs
+from lab import atomic, outputs
 from lab.config import check_preset, validate
 
 
@@ -108,6 +109,77 @@ def test_write_outputs_requires_claims_and_writes_all(tmp_path):
 
 
 def test_markdown_table_formats():
-    t = outputs.markdown_table([{"a": 1.23456, "b": None}, {"a": float("nan"), "b": "s"}])
-    assert t.splitlines() == ["| a | b |", "|---|---|", "| 1.235 |  |", "| nan | s |"]
+    t = outputs.markdown_table([{"a": 1.23456, "b": None}, {"a": float("nan"), "b": "s|t"}])
+    assert t.splitlines() == ["| a | b |", "|---|---|", "| 1.23 |  |", "| nan | s\\|t |"]
+    assert outputs.markdown_table([{"a": 0.98765}], floatfmt=".4f").splitlines()[2] == "| 0.9877 |"
+    assert outputs.markdown_table([{"d": {"x": 0.98958, "n": 3}}]).splitlines()[2] == (
+        "| x=0.99, n=3 |")
     assert outputs.markdown_table([]) == "(no rows)\n"
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.9895833333333334, "0.99"), (1.23456, "1.23"), (-0.0123456, "-0.0123"),
+    (0.000123456, "0.000123"), (123.456, "123"), (12345.678, "12346"), (2.5e7, "2.5e+07"),
+    (np.float32(0.5), "0.5"), (7, "7"), (np.int64(123456), "123456"), (True, "True"),
+    (float("inf"), "inf"), (0.0, "0"),
+])
+def test_format_number_keeps_three_significant_digits(value, text):
+    assert outputs.format_number(value) == text
+
+
+def test_format_value_prints_dicts_and_lists_compactly():
+    assert outputs.format_value({"prkv": 0.9895833333333334, "snapkv": 0.7708333333333334}) == (
+        "prkv=0.99, snapkv=0.771")
+    assert outputs.format_value({"fit": {"a": 1.23456, "b": -0.5}, "n": [8, 16],
+                                 "gp": None}) == "fit=(a=1.23, b=-0.5), n=[8, 16], gp=none"
+    assert outputs.format_value(np.array([0.333333, 0.666666])) == "[0.333, 0.667]"
+    assert outputs.format_value("3/4") == "3/4"
+
+
+def test_atomic_write_json_that_fails_part_way_keeps_the_old_file(tmp_path):
+    path = tmp_path / "results.json"
+    atomic.write_json(str(path), {"a": 1})
+    # the first key is written into the temporary file before the second fails to serialise
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        atomic.write_json(str(path), {"big": list(range(10_000)), "bad": object()})
+    with pytest.raises(ValueError, match="Out of range float"):
+        atomic.write_json(str(path), {"big": list(range(10_000)), "nan": float("nan")})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert sorted(os.listdir(tmp_path)) == ["results.json"]  # no temporary file left
+    atomic.write_text(str(tmp_path / "sub" / "r.md"), "x\n")  # makes the directory
+    atomic.write_bytes(str(path), b"{}")
+    assert (tmp_path / "sub" / "r.md").read_text() == "x\n" and path.read_bytes() == b"{}"
+    with pytest.raises(ValueError, match="mode='a'"):
+        with atomic.open_atomic(str(path), "a"):
+            pass
+
+
+def test_lab_train_does_not_import_the_report_module():
+    import subprocess
+    import sys
+
+    code = "import sys, lab.train; print('lab.outputs' in sys.modules)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root), check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_regime_is_written_tabled_and_decides_informativeness(tmp_path):
+    ok = outputs.regime("full-cache exact match in [0.3, 0.95]", np.float64(0.81234), True)
+    bad = outputs.regime("one pass below 0.9", 0.9895833333333334, np.bool_(False))
+    assert bad == {"check": "one pass below 0.9", "measured": 0.9895833333333334, "holds": False}
+    c = outputs.claim("It works.", "accuracy", {"a": 0.98765, "b": 0.5}, True)
+    res = outputs.write_outputs(str(tmp_path), name="exp", config={}, report="body",
+                                results={"claims": [c], "regime": [ok, bad]})
+    assert res["regime"] == [ok, bad]
+    assert outputs.regime_holds(res) is False and outputs.regime_holds({"regime": [ok]}) is True
+    assert outputs.regime_holds({"claims": [c]}) is None  # none stated: unchecked
+    report = (tmp_path / "report.md").read_text()
+    assert "| yes | It works. | accuracy | a=0.988, b=0.5 |" in report
+    assert "## Regime" in report and "| no | one pass below 0.9 | 0.99 |" in report
+    assert "| yes | full-cache exact match in [0.3, 0.95] | 0.812 |" in report
+    assert "claims above are not informative" in report
+    with pytest.raises(ValueError, match=r"results\['regime'\] of 'exp'.*expected a list"):
+        outputs.write_outputs(str(tmp_path), name="exp", config={}, report="",
+                              results={"claims": [c], "regime": [{"check": "x"}]})

@@ -33,7 +33,7 @@ from absl import logging
 from flax import nnx
 from tqdm.auto import tqdm
 
-from lab.outputs import atomic_write_text
+from lab.atomic import write_text as atomic_write_text
 from lab.train.checkpoint import RunCheckpoints
 from lab.train.config import TrainConfig, make_optimizer
 from lab.train.step import compiled_step, step_config

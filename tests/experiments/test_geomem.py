@@ -41,16 +41,50 @@ def test_results_hold_the_issue_fields_and_rule_decided_claims(outputs):
     d = [table[n]["d_construction"] for n in cfg.construction.ns]
     assert d == sorted(d) and d[-1] / d[0] < cfg.construction.ns[-1] / cfg.construction.ns[0] / 4
     p = results["probe"]
-    assert -1.0 < p["superposition"]["r2_heldout"] <= 1.0
     assert p["superposition_construction"]["r2_heldout"] > 0.999
     assert p["gating_construction"]["selectivity"] > 0.999
     assert 0.0 <= p["zero_shot_accuracy"] <= 1.0
     assert len(results["claims"]) == 8
-    for c in results["claims"]:
-        assert set(c) == {"claim", "metric", "measured", "holds"} and isinstance(c["holds"], bool)
+    # the stored verdicts are the rules applied to the stored numbers
+    assert geomem._claims(results, cfg) == results["claims"]
+    sup = results["claims"][2]
+    assert sup["measured"]["trained"] == p["superposition"]["r2_heldout"]
+    assert sup["holds"] == (p["superposition"]["r2_heldout"] >= cfg.claims.superposition_r2)
     # Capacity-depth: the one-pass construction needs more width for two hops than CoT does.
     depth = results["multihop"]["construction"]
     assert depth[1]["d_no_cot"] > depth[1]["d_cot"]
+
+
+def test_claim_rules_flip_with_the_numbers(outputs):
+    """The probe and multi-hop claims on the run's results with chosen numbers put in: each
+    holds just past its threshold and fails just short of it."""
+    import copy
+
+    _, results = outputs
+    cfg = get_config("test")
+    th = cfg.claims
+
+    def verdicts(**probe):
+        res = copy.deepcopy(results)
+        gains = probe.pop("cot_gain")
+        res["probe"]["superposition"]["r2_heldout"] = probe["r2"]
+        res["probe"]["gating"]["selectivity"] = probe["sel"]
+        res["probe"]["gating_init"]["selectivity"] = 0.3
+        res["probe"]["zero_shot_accuracy"] = probe["zero_shot"]
+        res["probe"]["refit_subjects_trained_network"] = 0.5 + probe["refit"]
+        res["probe"]["refit_subjects_random_network"] = 0.5
+        res["multihop"]["train"] = [{"two_hop_cot": 0.5 + g, "two_hop_no_cot": 0.5}
+                                    for g in gains]
+        claims = geomem._claims(res, cfg)
+        return [claims[i]["holds"] for i in (2, 3, 4, 5, 7)]  # sup., gating, zero-shot, refit, CoT
+
+    eps = 1e-3
+    assert verdicts(r2=th.superposition_r2 + eps, sel=max(th.gating_selectivity, 0.3) + eps,
+                    zero_shot=th.zero_shot_accuracy + eps, refit=th.refit_margin + eps,
+                    cot_gain=[0.2, -0.1]) == [True, True, True, True, True]
+    assert verdicts(r2=th.superposition_r2 - eps, sel=0.3,  # not above initialisation
+                    zero_shot=th.zero_shot_accuracy - eps, refit=th.refit_margin - eps,
+                    cot_gain=[0.1, -0.2]) == [False, False, False, False, False]
 
 
 def _loose(cfg):

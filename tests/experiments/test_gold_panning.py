@@ -52,9 +52,57 @@ def test_curves_profiles_and_claims_are_measured(outputs):
     assert real["model_queries"] >= cfg.n_eval * (1 + max(cfg.psc_m) + 4)
     assert list(results["sim_rounds"]) == [str(n) for n in cfg.sim.ns]
     assert len(results["claims"]) == 4
-    assert all(isinstance(c["holds"], bool) for c in results["claims"])
+    # each claim's verdict is its rule applied to the numbers stored beside it
     fit = results["rounds_fit"]
-    assert fit["r2"] <= 1.0
+    assert fit == pytest.approx(gold_panning.fit_log(
+        cfg.sim.ns, [results["sim_rounds"][str(n)] for n in cfg.sim.ns]))
+    log_claim, mismatch = results["claims"][2], results["claims"][3]
+    assert log_claim["measured"] == fit
+    assert log_claim["holds"] == (fit["b"] > 0 and fit["r2"] >= cfg.claims.log_r2)
+    acc = mismatch["measured"]
+    assert acc["gold_panning"] == real["gold_panning"][-1]["accuracy"]
+    chance = 1 / cfg.real_n + 2 * np.sqrt((1 / cfg.real_n) * (1 - 1 / cfg.real_n) / cfg.n_eval)
+    assert mismatch["holds"] == (
+        acc["gold_panning"] > chance and acc["mismatch_profile_signal"] >= cfg.sim.min_signal
+        and acc["gold_panning_mismatch"] >= acc["gold_panning"] - cfg.claims.mismatch_gap)
+    # the regime, decided on the stored profile and single-pass row
+    assert results["regime"] == gold_panning.regime_checks(results)
+    spread = np.ptp(np.subtract(results["profile"]["tpr"], results["profile"]["fpr"]))
+    assert results["regime"][0]["measured"] == pytest.approx(spread)
+    assert results["regime"][1]["measured"] == real["single_pass"][0]["accuracy"]
+
+
+def _fabricated(tpr, fpr, single):
+    return {"profile": {"tpr": tpr, "fpr": fpr},
+            "real": {"single_pass": [{"budget": 1, "queries": 1.0, "accuracy": single,
+                                      "f1": single}]}}
+
+
+def test_regime_needs_a_position_bias_and_room_above_one_pass():
+    # Lost-in-the-middle reader: TPR 0.85 at the ends, 0.3 in the middle; one pass 0.55.
+    bias = gold_panning.regime_checks(_fabricated([0.85, 0.3, 0.35, 0.8], [0.05] * 4, 0.55))
+    assert [r["holds"] for r in bias] == [True, True]
+    assert bias[0]["measured"] == pytest.approx(0.55) and bias[1]["measured"] == 0.55
+    assert "max - min >= 0.1" in bias[0]["check"] and "<= 0.9" in bias[1]["check"]
+    # A reader that finds the gold at every slot (TPR 0.92 .. 1.0, the default run's lm-xs-docs)
+    # and answers one pass at 0.93: no bias to exploit, nothing left to recover.
+    flat = gold_panning.regime_checks(_fabricated([0.92, 1.0, 0.96, 0.97], [0.01] * 4, 0.93))
+    assert [r["holds"] for r in flat] == [False, False]
+    assert flat[0]["measured"] == pytest.approx(0.08) and flat[1]["measured"] == 0.93
+    # the margins are inclusive and the spread is of TPR - FPR, not of TPR alone
+    edge = gold_panning.regime_checks(_fabricated([0.5, 0.5], [0.0, 0.1], 0.9))
+    assert [r["holds"] for r in edge] == [True, True]
+    assert gold_panning.regime_checks(_fabricated([0.5, 0.6], [0.0, 0.1], 0.91))[0][
+        "measured"] == pytest.approx(0.0)
+
+
+def test_main_table_is_the_real_lm_rows():
+    row = {"budget": 1, "queries": 1.0, "accuracy": 0.5, "f1": 0.4}
+    real = {m: [row] for m in METHODS}
+    table = gold_panning.main_table({"real": real})
+    assert [r["method"] for r in table] == list(METHODS)
+    assert table[0] == {"method": "single_pass", "budget": 1, "mean queries": 1.0,
+                        "accuracy": 0.5, "F1": 0.4}
 
 
 def test_fit_log_recovers_a_log_law():

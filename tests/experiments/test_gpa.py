@@ -19,7 +19,17 @@ def test_gpa_test_preset_writes_every_sampler(tmp_path):
         if row["sampler"] != "prior (AR, no search)":  # equal budgets, within one population
             assert abs(row["oracle_calls"] - gpa_calls) <= 2 * get_config("test").gpa.num_particles
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk["claims"] and all(isinstance(c["holds"], bool) for c in on_disk["claims"])
+    # each claim's verdict is its rule on the samplers' stored numbers
+    by = {r["sampler"]: r for r in on_disk["samplers"]}
+    g, prior, bon = by["GPA (AR, MH)"], by["prior (AR, no search)"], by["best-of-N (AR)"]
+    activity, best_of_n, natural, audit = on_disk["claims"][:4]
+    assert activity["measured"] == {"gpa": g["true_activity_a"],
+                                    "prior": prior["true_activity_a"]}
+    assert activity["holds"] == (g["true_activity_a"] > prior["true_activity_a"] + 0.5)
+    assert best_of_n["holds"] == (g["objective_mean"] > bon["objective_mean"])
+    others = min(by["gradient editing"]["kmer_js"], by["simulated annealing"]["kmer_js"])
+    assert natural["holds"] == (g["kmer_js"] < others)
+    assert audit["holds"] == (g["audit_activity_a"] > prior["audit_activity_a"] + 0.5)
     assert os.path.exists(tmp_path / "gpa.png") and (tmp_path / "report.md").exists()
 
 

@@ -27,14 +27,25 @@ def check_outputs(out, workdir, config):
         # (a fifth of a 10-token arithmetic prompt, just under a quarter of ~100 tokens).
         kb = saved["costs"][task]["policies"]["prkv"]["kept_bytes"]
         assert (0.2 if task == "arithmetic" else 0.23) <= kb["0.75"] / kb["0.0"] <= 0.25
-        assert saved["costs"][task]["policies"]["prkv"]["score_fraction"] > 0
+        row = saved["costs"][task]["policies"]["prkv"]
+        assert row["score_fraction"] == pytest.approx(
+            row["score_seconds"] / saved["costs"][task]["prefill_seconds"])
     # Compiled generate memory: StreamingLLM (no statistics) at 0.75 needs less than the full
     # cache; PRKV is measured at every ratio.
     mem = saved["memory"]
     assert set(mem) == set(config.eval.policies)
     assert mem["streaming_llm"]["0.75"] < mem["full"]["0.0"]
     assert set(mem["prkv"]) == {str(float(r)) for r in config.eval.ratios}
-    assert all(isinstance(c["holds"], bool) for c in out["claims"]) and len(out["claims"]) >= 3
+    # the claims' and the regime's verdicts are their rules applied to the stored numbers
+    assert len(out["claims"]) >= 3
+    kept = next(c for c in out["claims"] if c["claim"].startswith("kept KV bytes"))
+    falls = [all(a > b for a, b in zip(kb, kb[1:], strict=False)) for kb in (
+        [row["kept_bytes"][str(float(r))] for r in sorted(config.eval.ratios)]
+        for tc in saved["costs"].values() for p, row in tc["policies"].items() if p != "full")]
+    assert kept["holds"] == all(falls) and kept["measured"] == f"{sum(falls)}/{len(falls)}"
+    assert saved["regime"] == exp.regime_checks(saved["accuracy"])
+    assert [r["measured"] for r in saved["regime"]] == [
+        saved["accuracy"][t]["full"]["0.0"] for t in config.tasks.names]
     assert "### variable_tracking" in (workdir / "report.md").read_text()
     # The ablation: every (alpha, kernel) pair at the non-zero ratios; the main configuration's
     # row is the main table's.
@@ -49,6 +60,73 @@ def check_outputs(out, workdir, config):
                                           saved["accuracy"][a.task]["prkv"].items() if k != "0.0"}
     assert any("multi-hop PageRank" in c["claim"] for c in out["claims"])
     assert "PRKV ablation" in (workdir / "report.md").read_text()
+
+
+def _fabricated(prkv_needle=0.6, prkv_bytes=25.0, score_fraction=0.5):
+    """Results of two solved tasks at ratios 0 and 0.75: SnapKV keeps 0.5 of variable tracking
+    and 0.7 of needles; PRKV 0.6 and ``prkv_needle``."""
+    config = get_config("test")
+    config.eval.policies = ["full", "snapkv", "prkv"]
+    keep = {"variable_tracking": {"snapkv": 0.5, "prkv": 0.6},
+            "needle": {"snapkv": 0.7, "prkv": prkv_needle}}
+    acc = {t: {"full": {"0.0": 0.9, "0.75": 0.9},
+               **{p: {"0.0": 0.9, "0.75": a} for p, a in k.items()}} for t, k in keep.items()}
+    agreement = {t: {p: {"0.0": 1.0, "0.75": a / 0.9} for p, a in k.items()}
+                 for t, k in keep.items()}
+    costs = {t: {"policies": {
+        "full": {"kept_bytes": {"0.0": 100.0, "0.75": 100.0}},
+        "snapkv": {"kept_bytes": {"0.0": 100.0, "0.75": 25.0}, "score_fraction": 0.1},
+        "prkv": {"kept_bytes": {"0.0": 100.0, "0.75": prkv_bytes},
+                 "score_fraction": score_fraction}}} for t in keep}
+    solved = {t: True for t in keep}
+    return {c["claim"].split(" ")[0] + " " + c["metric"]: c
+            for c in exp._claims(acc, agreement, costs, solved, config)}
+
+
+def test_claim_rules_on_fabricated_results():
+    held = _fabricated()
+    on_par = held["PRKV mean exact match"]
+    # mean over both tasks at 0.75: PRKV (0.6 + 0.6) / 2 = 0.6 = SnapKV's (0.5 + 0.7) / 2
+    assert on_par["holds"] and on_par["measured"] == pytest.approx({"prkv": 0.6, "snapkv": 0.6})
+    assert held["PRKV mean exact match on variable_tracking"]["holds"]  # 0.6 > 0.5
+    assert held["PRKV mean agreement with the full-cache generation"]["holds"]
+    assert held["kept policies with strictly decreasing bytes"]["measured"] == "4/4"
+    assert held["PRKV's PRKV scoring time / prefill forward time"]["holds"]
+    # PRKV 0.55 on needles: mean 0.575 < 0.6 - margin 0.02; bytes kept at 0.75 = at 0: no fall;
+    # scoring 1.3x the prefill forward
+    failed = _fabricated(prkv_needle=0.55, prkv_bytes=100.0, score_fraction=1.3)
+    assert not failed["PRKV mean exact match"]["holds"]
+    assert failed["PRKV mean exact match"]["measured"]["prkv"] == pytest.approx(0.575)
+    assert not failed["kept policies with strictly decreasing bytes"]["holds"]
+    assert failed["kept policies with strictly decreasing bytes"]["measured"] == "2/4"
+    assert not failed["PRKV's PRKV scoring time / prefill forward time"]["holds"]
+    assert failed["PRKV mean exact match on variable_tracking"]["holds"]  # unchanged: 0.6 > 0.5
+
+
+def test_regime_is_a_band_of_full_cache_exact_match():
+    def acc(**full):
+        return {t: {"full": {"0.0": a}} for t, a in full.items()}
+
+    # lm-xs-long at the default preset: 0.92 / 0.81 / 0.45, each inside [0.3, 0.95]
+    inside = exp.regime_checks(acc(variable_tracking=0.92, needle=0.81, arithmetic=0.45))
+    assert [r["holds"] for r in inside] == [True, True, True]
+    assert [r["measured"] for r in inside] == [0.92, 0.81, 0.45]
+    assert "variable_tracking at full cache" in inside[0]["check"]
+    assert "[0.3, 0.95]" in inside[0]["check"]
+    # an untrained model (0.0), one at the ceiling (1.0), and the inclusive edges
+    outside = exp.regime_checks(acc(variable_tracking=0.0, needle=1.0, arithmetic=0.3))
+    assert [r["holds"] for r in outside] == [False, False, True]
+    assert [r["holds"] for r in exp.regime_checks(acc(needle=0.95, arithmetic=0.29))] == [
+        True, False]
+    assert [r["holds"] for r in exp.regime_checks(acc(needle=0.5), band=(0.6, 0.9))] == [False]
+
+
+def test_main_table_is_the_mean_over_tasks():
+    acc = {t: {"question_only": {"0.0": 0.1}, "full": {"0.0": 0.8, "0.5": 0.8},
+               "prkv": {"0.0": 0.8, "0.5": a}} for t, a in (("needle", 0.5), ("arithmetic", 0.2))}
+    assert exp.main_table({"accuracy": acc}) == [
+        {"policy": "full", "r=0": 0.8, "r=0.5": 0.8},
+        {"policy": "prkv", "r=0": 0.8, "r=0.5": pytest.approx(0.35)}]
 
 
 def test_zoo_path_end_to_end(tmp_path):

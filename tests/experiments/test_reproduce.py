@@ -1,4 +1,5 @@
-"""experiments/reproduce.py: discovery, the combined report, failures that do not stop the run."""
+"""experiments/reproduce.py: discovery, the combined report (claims marked informative by their
+run's regime), failures that do not stop the run; experiments/results_doc.py's page."""
 
 import json
 import os
@@ -6,8 +7,8 @@ import os
 import pytest
 from absl import flags
 
-from experiments import reproduce
-from lab.outputs import claim, write_outputs
+from experiments import reproduce, results_doc
+from lab.outputs import claim, regime, write_outputs
 
 
 def test_discover_finds_geomem_and_skips_launchers_without_a_config():
@@ -22,9 +23,13 @@ def test_only_geomem_writes_scoreboard_status_and_rewritten_plots(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# Lab reproduction report (preset `test`)")
     assert "## Scoreboard" in report and "## Status" in report
-    n_claims = len(summary["experiments"][0]["claims"])
-    assert n_claims == summary["claims_total"] > 0
-    assert f"{summary['claims_held']} of {n_claims} claims hold" in report
+    on_disk = json.loads((tmp_path / "geomem" / "results.json").read_text())
+    n_claims = len(on_disk["claims"])
+    assert summary["experiments"][0]["claims"] == on_disk["claims"]
+    assert summary["claims_total"] == n_claims == 8
+    held = sum(c["holds"] for c in on_disk["claims"])
+    assert summary["claims_held"] == held
+    assert f"{held} of {n_claims} claims hold" in report
     assert report.count("| geomem | yes |") + report.count("| geomem | no |") == n_claims
     assert "![dims_vs_logn.png](geomem/dims_vs_logn.png)" in report
     assert report.count("\n## geomem\n") == 1 and "\n### Claims\n" in report  # demoted
@@ -45,21 +50,100 @@ def _fake_registry(monkeypatch, ran):
         return write_outputs(workdir, name="fine", config=config, report="fine body",
                              results={"claims": [claim("Fine works.", "m", 1.0, True)]})
 
-    monkeypatch.setattr(reproduce, "discover", lambda root=None: ["broken", "fine"])
-    monkeypatch.setattr(reproduce, "load", lambda name: (get_config, {"broken": broken,
-                                                                      "fine": fine}[name]))
+    def off(config, workdir):  # its claims hold, but outside the regime where they mean much
+        ran.append("off")
+        return write_outputs(workdir, name="off", config=config, report="off body", results={
+            "claims": [claim("Off works.", "m", {"a": 0.9895833333333334, "b": 12}, True),
+                       claim("Off also works.", "m", 0.5, False)],
+            "regime": [regime("accuracy in [0.3, 0.95]", 0.9895833333333334, False),
+                       regime("spread >= 0.1", 0.25, True)]})
+
+    def on(config, workdir):
+        ran.append("on")
+        return write_outputs(workdir, name="on", config=config, report="on body", results={
+            "claims": [claim("On works.", "m", 0.123456, True)],
+            "regime": [regime("accuracy in [0.3, 0.95]", 0.5, True)]})
+
+    runs = {"broken": broken, "fine": fine, "off": off, "on": on}
+    monkeypatch.setattr(reproduce, "discover", lambda root=None: list(runs))
+    monkeypatch.setattr(reproduce, "load", lambda name: (get_config, runs[name]))
 
 
 def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     ran = []
     _fake_registry(monkeypatch, ran)
     summary = reproduce.run_all("test", str(tmp_path))
-    assert ran == ["broken", "fine"]
-    assert summary["failed"] == ["broken"] and summary["claims_held"] == 1
+    assert ran == ["broken", "fine", "off", "on"]
+    assert summary["failed"] == ["broken"] and summary["claims_held"] == 3
     report = (tmp_path / "report.md").read_text()
     assert "| broken | failed |" in report and "RuntimeError: deliberate failure" in report
-    assert "| fine | yes | Fine works. |" in report and "fine body" in report
+    assert "| fine | yes | unchecked | Fine works. |" in report and "fine body" in report
     assert "deliberate failure" in (tmp_path / "broken" / "error.txt").read_text()
+
+
+def test_claims_of_a_run_whose_regime_fails_are_not_informative(tmp_path, monkeypatch):
+    _fake_registry(monkeypatch, [])
+    summary = reproduce.run_all("test", str(tmp_path))
+    informative = {e["name"]: e["informative"] for e in summary["experiments"]}
+    assert informative == {"broken": None, "fine": None, "off": False, "on": True}
+    assert summary["claims_total"] == 4 and summary["claims_held"] == 3
+    assert summary["claims_informative"] == 1 and summary["claims_informative_held"] == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "3 of 4 claims hold" in report
+    assert ("Informative (their run's regime checks hold): 1 claims, 1 of them hold. Not "
+            "informative (a regime check of their run fails): 2. Unchecked") in report
+    # measured values rounded to 3 significant digits; a dict as key=value pairs
+    assert "| off | yes | no | Off works. | m | a=0.99, b=12 |" in report
+    assert "| off | no | no | Off also works. | m | 0.5 |" in report
+    assert "| on | yes | yes | On works. | m | 0.123 |" in report
+    assert "| off | no | accuracy in [0.3, 0.95] | 0.99 |" in report  # the regime table
+    assert "| on | yes | accuracy in [0.3, 0.95] | 0.5 |" in report
+    assert "0.9895833333333334" not in report and '{"a"' not in report
+    assert json.loads((tmp_path / "results.json").read_text())["claims_informative"] == 1
+
+
+def _fake_run(workdir, name, preset, results):
+    os.makedirs(workdir / name)
+    (workdir / name / "config.json").write_text(json.dumps({"preset": preset}))
+    (workdir / name / "results.json").write_text(json.dumps(results))
+
+
+def test_results_doc_writes_regime_claims_and_main_table_per_experiment(tmp_path):
+    runs = tmp_path / "runs"
+    _fake_run(runs, "prkv", "default", {
+        "claims": [claim("PRKV on par.", "mean exact match",
+                         {"prkv": 0.7708333333333334, "snapkv": 0.8020833333333334}, False)],
+        "regime": [regime("full-cache exact match on needle in [0.3, 0.95]", 0.8125, True)],
+        "accuracy": {t: {p: {"0.0": 0.9, "0.5": a} for p, a in
+                         (("full", 0.9), ("snapkv", 0.61111), ("prkv", 0.65432))}
+                     for t in ("needle", "variable_tracking")}})
+    _fake_run(runs, "geomem", "default", {
+        "claims": [claim("Width grows like log N.", "R^2", 0.987654, True)],
+        "table": [{"n": 64, "d_train": 12, "r2": 0.912345}]})
+    out = tmp_path / "docs" / "results.md"
+    results_doc.write(str(runs), str(out), names=["geomem", "prkv", "s2net"])
+    page = out.read_text()
+    assert page.startswith("# Results\n")
+    assert "2 experiments. 1 of 2 claims hold; 1 claims come from runs whose regime" in page
+    assert "No results for: s2net." in page
+    geo, prkv = page.split("## geomem\n")[1].split("## prkv\n")
+    assert "Preset `default`. 1 of 1 claims hold. The experiment states no regime" in geo
+    assert "| yes | Width grows like log N. | R^2 | 0.988 |" in geo
+    assert "| n | d_train | r2 |" in geo and "| 64 | 12 | 0.912 |" in geo  # first row list
+    assert "Every regime check holds: the claims are informative." in prkv
+    assert "| yes | full-cache exact match on needle in [0.3, 0.95] | 0.812 |" in prkv
+    assert "| no | PRKV on par. | mean exact match | prkv=0.771, snapkv=0.802 |" in prkv
+    # prkv's own main_table: exact match per policy and ratio, mean over its tasks
+    assert "| policy | r=0 | r=0.5 |" in prkv and "| prkv | 0.9 | 0.654 |" in prkv
+
+
+def test_results_doc_refuses_test_preset_and_empty_workdirs(tmp_path):
+    _fake_run(tmp_path, "fine", "test", {"claims": []})
+    with pytest.raises(ValueError, match=r"\['fine'\] ran at preset 'test'"):
+        results_doc.render(str(tmp_path))
+    assert "## fine" in results_doc.render(str(tmp_path), allow_test=True)
+    with pytest.raises(ValueError, match="holds no <experiment>/results.json"):
+        results_doc.render(str(tmp_path / "fine"))
 
 
 def test_main_exits_1_after_writing_the_report_when_one_failed(tmp_path, monkeypatch):
