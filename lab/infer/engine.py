@@ -204,10 +204,12 @@ def _window(queries, positions, lengths, window: int, qlens):
 
 
 def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, *,
-            eviction: Eviction, stats: tuple[str, ...] = (), hidden: bool = False):
+            eviction: Eviction, stats: tuple[str, ...] = (), hidden: bool = False,
+            fresh: bool = False):
     """Feeds a right-padded chunk ``tokens [B, T]`` (``lengths [B]`` valid) onto
-    ``cache``, then applies the policy (``budget [B]`` entries kept per KV head) and
-    resizes to the plan's capacity. A prompt is a chunk on an empty cache.
+    ``cache`` (``fresh``: an empty one of capacity ``T``), then applies the policy
+    (``budget [B]`` entries kept per KV head) and resizes to the plan's capacity. A
+    prompt is a chunk on an empty cache.
 
     Returns ``(logits [B, T, V], cache, Stats or None, hidden [L+1, B, T, D] or None)``;
     the Stats (of the chunk's queries over the cache before eviction) hold what the
@@ -223,8 +225,8 @@ def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, 
     capture = tuple(n for n in ("attn", "attn_colsum", "queries") if n in want)
     if hidden:
         capture += ("hidden",)
-    logits, new, inter = model(tokens, positions=positions, cache=cache, capture=capture) \
-        if capture else (*model(tokens, positions=positions, cache=cache), None)
+    run = functools.partial(model, tokens, positions=positions, cache=cache, fresh=fresh)
+    logits, new, inter = run(capture=capture) if capture else (*run(), None)
     new = new._replace(length=cache.length + lengths, next_position=start + lengths)
     out = None
     if want:
@@ -250,7 +252,7 @@ def _empty(model: Transformer, b: int, t: int) -> KVCache:
 def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, *, eviction, stats):
     model = nnx.merge(graphdef, state)
     logits, cache, st, _ = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budget,
-                                   qlens, eviction=eviction, stats=stats)
+                                   qlens, eviction=eviction, stats=stats, fresh=True)
     return logits, cache, st
 
 
@@ -332,7 +334,7 @@ def _generate_jit(graphdef, state, tokens, lengths, budgets, qlens, key, tempera
                   eviction, return_cache):
     model = nnx.merge(graphdef, state)
     _, cache, _, hid = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budgets[0],
-                               qlens, eviction=eviction, hidden=True)
+                               qlens, eviction=eviction, hidden=True, fresh=True)
     return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
                         eviction=eviction, budget=budgets[1], return_cache=return_cache)
 

@@ -203,7 +203,7 @@ class Block(nnx.Module):
 
     def __call__(self, x: jax.Array, *, positions: jax.Array, key_positions=None,
                  cache: LayerKV | None = None, slot=None, mask=None, bias=None,
-                 capture: Sequence[str] = ()):
+                 capture: Sequence[str] = (), fresh: bool = False):
         """Runs the block on ``x [B, T, D]``.
 
         Args:
@@ -218,6 +218,10 @@ class Block(nnx.Module):
           mask: boolean, broadcastable to ``[B, 1|Hkv|H, T, S]`` (True = may attend),
             combined with the above; bias: additive, broadcastable to ``[B, H, T, S]``.
           capture: any of ``"attn"``, ``"attn_colsum"``, ``"queries"``.
+          fresh: the cache holds nothing before ``slot`` (a prompt's prefill, ``slot``
+            0, capacity ``T``): the queries attend to ``x``'s own keys, as without a
+            cache, so attention can skip the causal upper triangle; the keys and
+            values are still written.
 
         Returns:
           ``(x [B, T, D], cache or None, {"attn", "attn_colsum", "queries"})``: the
@@ -239,7 +243,8 @@ class Block(nnx.Module):
             keys, values, stored = write(cache.keys, cache.values, cache.positions, slot, k, v,
                                          kpos)
             cache = LayerKV(keys, values, stored, tail, tail_pos)
-            k, v, kp = keys, values, stored[:, :, None, :]          # [B, Hkv, 1, C]
+        if cache is not None and not fresh:
+            k, v, kp = cache.keys, cache.values, cache.positions[:, :, None, :]  # [B, Hkv, 1, C]
             index_causal = False
         else:
             kp = kpos[:, None, None, :]                               # [B, 1, 1, T]
@@ -289,7 +294,8 @@ class Transformer(nnx.Module):
         return self.lm_head(h).astype(jnp.float32)
 
     def blocks(self, x: jax.Array, *, positions: jax.Array, key_positions=None, caches=None,
-               slot=None, mask=None, bias=None, capture: Sequence[str] = ()):
+               slot=None, mask=None, bias=None, capture: Sequence[str] = (),
+               fresh: bool = False):
         """Runs every :class:`Block` on the residual stream ``x [B, T, D]``.
 
         ``caches``: one :class:`LayerKV` per layer (or None), written at ``slot [B]``.
@@ -301,7 +307,7 @@ class Transformer(nnx.Module):
         for i, layer in enumerate(self.layers):
             x, lc, got = layer(x, positions=positions, key_positions=key_positions,
                                cache=None if caches is None else caches[i], slot=slot,
-                               mask=mask, bias=bias, capture=capture)
+                               mask=mask, bias=bias, capture=capture, fresh=fresh)
             new.append(lc)
             hidden.append(x)
             for name in out:
@@ -314,7 +320,7 @@ class Transformer(nnx.Module):
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
                  positions: jax.Array | None = None, mask: jax.Array | None = None,
                  bias: jax.Array | None = None, capture: Sequence[str] = (),
-                 cache: KVCache | None = None):
+                 cache: KVCache | None = None, fresh: bool = False):
         """Runs the model.
 
         Args:
@@ -328,6 +334,8 @@ class Transformer(nnx.Module):
           capture: any of :data:`CAPTURES` (see :class:`Intermediates`).
           cache: a :class:`KVCache`; the new keys/values are written at
             ``cache.length`` and the queries attend to every valid entry.
+          fresh: with an empty ``cache`` of capacity ``T``: attend as without a
+            cache (see :meth:`Block.__call__`); the numbers are the same.
 
         Returns:
           ``logits [B, T, V]`` (float32); ``(logits, Intermediates)`` when
@@ -366,7 +374,7 @@ class Transformer(nnx.Module):
             x, positions=positions, key_positions=key_pos,
             caches=None if cache is None else cache.layers(),
             slot=None if cache is None else cache.length, mask=full_mask, bias=bias,
-            capture=capture)
+            capture=capture, fresh=fresh and cache is not None)
         logits = self.unembed(x)
         if cache is not None:
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \
