@@ -26,7 +26,7 @@ from absl import logging
 
 from configs.gold_panning import get_config
 from lab import launch, zoo
-from lab.config import validate
+from lab.config import check, require
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
@@ -193,13 +193,18 @@ CHECKS = {
 }
 
 
+def check_config(config):
+    """Validates ``config`` against its preset (:data:`CHECKS`, and ``claims.psc_m`` among
+    ``psc_m``); raises ValueError naming the key."""
+    check(config, get_config, CHECKS)
+    require(config.claims.psc_m in config.psc_m, "claims.psc_m", config.claims.psc_m,
+            f"one of psc_m={list(config.psc_m)}")
+    return config
+
+
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes ``results.json``, ``report.md`` and plots; returns results."""
-    validate(config, get_config(config.get("preset", "default")), CHECKS)
-    c = config
-    if c.claims.psc_m not in c.psc_m:
-        raise ValueError(f"config.claims.psc_m={c.claims.psc_m!r}; expected one of psc_m="
-                         f"{list(c.psc_m)}")
+    c = check_config(config)
     t0 = time.time()
     model, tok, key = load_lm(c.model, c.zoo)
     other, tok_mm, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)

@@ -29,7 +29,7 @@ from flax import nnx
 
 from configs.prkv import POLICIES, get_config
 from lab import infer, launch, zoo
-from lab.config import check_preset, validate
+from lab.config import check
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import engine, policies
 from lab.methods import prkv as prkv_lib
@@ -43,7 +43,6 @@ POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sin
 
 def check_config(config):
     """Validates ``config`` against its preset; raises ValueError naming the key."""
-    reference = get_config(check_preset(config.get("preset")))
     pos = (lambda v: v > 0, "> 0")
 
     def odd(k):
@@ -51,7 +50,7 @@ def check_config(config):
 
     def alpha(a):
         return 0 <= a < 1
-    validate(config, reference, {
+    return check(config, get_config, {
         "tasks.names": (lambda v: len(v) > 0 and all(t in TASKS for t in v),
                         f"a non-empty list of {TASKS}"),
         "tasks.context": (lambda v: len(v) == 2 and 0 < v[0] <= v[1], "[low, high] tokens"),
@@ -74,7 +73,6 @@ def check_config(config):
         "ablation.question_restart": (lambda v: isinstance(v, bool), "a bool"),
         "zoo.steps": pos, "zoo.seq_len": pos,
     })
-    return config
 
 
 def task_kwargs(config) -> dict:
