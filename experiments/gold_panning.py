@@ -31,7 +31,6 @@ from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
 from lab.outputs import claim, markdown_table, save_figure, to_jsonable, write_outputs
-from lab.zoo import byte_lm, train_recipe
 
 CALIB_SEED, EVAL_SEED = 101, 202
 MAX_NEW_TOKENS = 24  # "kwfb=481\nA: 481" + EOS, with room for a wrong key
@@ -41,17 +40,12 @@ def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
     associative recall mixed in (copy grows induction heads; see :mod:`lab.zoo.spec` for what
     MQAR was measured to do)."""
-    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
-                    z.qk_smear)
-    train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
-                         seed=z.seed, log_every=50, checkpoint_every=0)
     tasks = {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs), "pairs_per_doc": 1},
              "copy": {"weight": 1, "length": [8, 32]},
              "associative_recall": {"weight": 1, "n_pairs": [4, 12], "n_queries": [1, 3]}}
-    data = {"tasks": tasks, "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed}
-    return zoo.ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
-                       batch_size=z.batch_size, pack=True,
-                       description="GOLD PANNING: multi-document key-value QA")
+    return zoo.spec_from_config(z, tasks, seed=z.seed, warmup_steps=max(1, z.steps // 10),
+                                log_every=50, checkpoint_every=0,
+                                description="GOLD PANNING: multi-document key-value QA")
 
 
 def load_lm(name: str, z):
