@@ -203,11 +203,12 @@ def run(config, workdir: str) -> dict:
     model, tok, key = load_lm(c.model, c.zoo)
     other, tok_mm, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)
     t_train = time.time() - t0
+    logging.info("gold_panning: models %s and %s ready (%.0f s)", key, key_mm, t_train)
     n = c.real_n
     prof = calibrate(model, tok, n, c.n_calib, c.batch_size, CALIB_SEED)
     prof_mm = calibrate(other, tok_mm, n, c.n_calib, c.batch_size, CALIB_SEED)
     t_cal = time.time() - t0 - t_train
-    logging.info("profile tpr=%s fpr=%s", prof.tpr.round(2), prof.fpr.round(2))
+    logging.info("gold_panning: profile tpr=%s fpr=%s", prof.tpr.round(2), prof.fpr.round(2))
 
     ds = kv_retrieval(c.n_eval, seed=EVAL_SEED, n_docs=n, pairs_per_doc=1)
     gold = np.asarray(ds["gold_doc"])

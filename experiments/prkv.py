@@ -388,6 +388,7 @@ def run(config, workdir: str) -> dict:
     t0 = time.time()
     e = config.eval
     model, tok, info = load_model(config)
+    logging.info("prkv: model %s ready (%.0f s)", info["source"], time.time() - t0)
     pad_id = int(tok.pad_id or 0)
     kwargs = task_kwargs(config)
     data = {t: generate(t, e.n_per_task, seed=config.tasks.eval_seed, **kwargs[t])
