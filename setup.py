@@ -8,16 +8,15 @@ setup(
     description="JAX/Flax research framework: one core, nineteen methods.",
     license="Apache-2.0",
     python_requires=">=3.11",
-    packages=find_packages(
-        include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*", "experiments", "configs"]
-    ),
+    # experiments/ and configs/ are not installed: they run from the checkout
+    # (``python -m experiments.reproduce`` from the repository root).
+    packages=find_packages(include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*"]),
+    # What lab/ and kernels_pallas/ import, and nothing else.
     install_requires=[
         "jax",
         "flax",
         "optax",
         "orbax-checkpoint",
-        "chex",
-        "einops",
         "absl-py",
         "ml_collections",
         "datasets",

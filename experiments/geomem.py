@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from configs.geomem import get_config
 from lab import launch
-from lab.config import check_preset, validate
+from lab.config import check
 from lab.methods.geomem import capacity, sweeps
 from lab.methods.geomem import report as geomem_report
 from lab.methods.geomem.training import FitConfig
@@ -33,9 +33,8 @@ def _ints(low: int):
 
 def check_config(config):
     """Validates ``config`` against its preset; raises ValueError naming the key."""
-    reference = get_config(check_preset(config.get("preset")))
     pos = (lambda v: v > 0, "> 0")
-    validate(config, reference, {
+    return check(config, get_config, {
         "n_relations": (lambda v: v >= 2, "an int >= 2 (gating needs two relations)"),
         "target_accuracy": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
         "construction.ns": (_ints(2), "a non-empty list of ints >= 2"),
@@ -54,7 +53,6 @@ def check_config(config):
         "multihop.train_n": (lambda v: v >= 2, "an int >= 2"),
         "multihop.d_grid": (_ints(1), "a non-empty list of positive ints"),
     })
-    return config
 
 
 def _claims(res, cfg) -> list[dict]:

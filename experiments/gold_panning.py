@@ -26,12 +26,11 @@ from absl import logging
 
 from configs.gold_panning import get_config
 from lab import launch, zoo
-from lab.config import validate
+from lab.config import check, require
 from lab.data.synthetic import extract_answer, kv_retrieval, render_kv_prompt
 from lab.infer import generate
 from lab.methods import gold_panning as gp
 from lab.outputs import claim, markdown_table, regime, save_figure, to_jsonable, write_outputs
-from lab.zoo import byte_lm, train_recipe
 
 CALIB_SEED, EVAL_SEED = 101, 202
 MAX_NEW_TOKENS = 24  # "kwfb=481\nA: 481" + EOS, with room for a wrong key
@@ -41,17 +40,12 @@ def zoo_spec(z) -> zoo.ZooSpec:
     """The :class:`lab.zoo.ZooSpec` of a ``config.zoo`` block: multi-document QA, with copy and
     associative recall mixed in (copy grows induction heads; docs/zoo.md has what MQAR was
     measured to do)."""
-    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
-                    z.qk_smear)
-    train = train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
-                         seed=z.seed, log_every=50, checkpoint_every=0)
     tasks = {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs), "pairs_per_doc": 1},
              "copy": {"weight": 1, "length": [8, 32]},
              "associative_recall": {"weight": 1, "n_pairs": [4, 12], "n_queries": [1, 3]}}
-    data = {"tasks": tasks, "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed}
-    return zoo.ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
-                       batch_size=z.batch_size, pack=True,
-                       description="GOLD PANNING: multi-document key-value QA")
+    return zoo.spec_from_config(z, tasks, seed=z.seed, warmup_steps=max(1, z.steps // 10),
+                                log_every=50, checkpoint_every=0,
+                                description="GOLD PANNING: multi-document key-value QA")
 
 
 def load_lm(name: str, z):
@@ -227,22 +221,28 @@ CHECKS = {
 }
 
 
+def check_config(config):
+    """Validates ``config`` against its preset (:data:`CHECKS`, and ``claims.psc_m`` among
+    ``psc_m``); raises ValueError naming the key."""
+    check(config, get_config, CHECKS)
+    require(config.claims.psc_m in config.psc_m, "claims.psc_m", config.claims.psc_m,
+            f"one of psc_m={list(config.psc_m)}")
+    return config
+
+
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes ``results.json``, ``report.md`` and plots; returns results."""
-    validate(config, get_config(config.get("preset", "default")), CHECKS)
-    c = config
-    if c.claims.psc_m not in c.psc_m:
-        raise ValueError(f"config.claims.psc_m={c.claims.psc_m!r}; expected one of psc_m="
-                         f"{list(c.psc_m)}")
+    c = check_config(config)
     t0 = time.time()
     model, tok, key = load_lm(c.model, c.zoo)
     other, tok_mm, key_mm = load_lm(c.model_mismatch, c.zoo_mismatch)
     t_train = time.time() - t0
+    logging.info("gold_panning: models %s and %s ready (%.0f s)", key, key_mm, t_train)
     n = c.real_n
     prof = calibrate(model, tok, n, c.n_calib, c.batch_size, CALIB_SEED)
     prof_mm = calibrate(other, tok_mm, n, c.n_calib, c.batch_size, CALIB_SEED)
     t_cal = time.time() - t0 - t_train
-    logging.info("profile tpr=%s fpr=%s", prof.tpr.round(2), prof.fpr.round(2))
+    logging.info("gold_panning: profile tpr=%s fpr=%s", prof.tpr.round(2), prof.fpr.round(2))
 
     ds = kv_retrieval(c.n_eval, seed=EVAL_SEED, n_docs=n, pairs_per_doc=1)
     gold = np.asarray(ds["gold_doc"])

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from absl import logging  # noqa: E402
 
 from configs.gpa import get_config  # noqa: E402
-from lab import config as lab_config  # noqa: E402
 from lab import launch, outputs  # noqa: E402
+from lab.config import check  # noqa: E402
 from lab.methods.gpa import baselines, design, smc  # noqa: E402
 from lab.methods.gpa.sampler import GPAConfig, gpa  # noqa: E402
 
@@ -23,8 +23,9 @@ COLUMNS = ["sampler", "objective_mean", "objective_top10", "true_activity_a", "a
            "oracle_calls", "seconds"]
 
 
-def _validate(config):
-    return lab_config.validate(config, get_config(config.preset), {
+def check_config(config):
+    """Validates ``config`` against its preset; raises ValueError naming the key."""
+    return check(config, get_config, {
         "seq_len": (lambda v: v >= 16, "at least 16 bases"),
         "n_train": (lambda v: v >= 64, "at least 64 sequences"),
         "objective": (lambda v: v in design.OBJECTIVES, f"one of {design.OBJECTIVES}"),
@@ -77,7 +78,7 @@ def compare(c, assets, kind: str, key) -> list[dict]:
 
 
 def run(config, workdir: str) -> dict:
-    c = _validate(config)
+    c = check_config(config)
     os.makedirs(workdir, exist_ok=True)
     start = time.perf_counter()
     assets = design.build_assets(seed=c.seed, seq_len=c.seq_len, n_train=c.n_train,

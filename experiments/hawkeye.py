@@ -25,7 +25,7 @@ from kernels_pallas import lowp
 from kernels_pallas import matmul as mm
 from kernels_pallas import taxonomy as tx
 from lab import launch
-from lab.config import validate
+from lab.config import check, require
 from lab.methods import hawkeye as hk
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
 
@@ -41,6 +41,19 @@ def _checks():
         "search.budget_sweep": (lambda v: len(v) > 0 and min(v) >= 1, "positive budgets"),
         "sweep.matmul_shape": (lambda v: len(v) == 3 and min(v) >= 1, "[M, N, K]"),
     }
+
+
+def check_config(config):
+    """Validates ``config`` against its preset, and every workload and its target, before any
+    work; raises ValueError naming the key or the entry."""
+    check(config, get_config, _checks())
+    for spec in config.search.workloads:
+        w, target = parse_workload(spec)
+        require(target is not None, "search.workloads", spec, "'op:AxBxC:dtype@target' entries")
+        hk.validate_target(w, target)
+    for spec in config.gpu.workloads:
+        parse_workload(spec)
+    return config
 
 
 def parse_workload(spec: str) -> tuple[hk.Workload, str | None]:
@@ -213,14 +226,7 @@ def _plot(sweep, workdir):
 
 def run(config, workdir: str) -> dict:
     """Runs the sweep, the searches and (on a target GPU) the speed table; writes outputs."""
-    validate(config, get_config(config.preset), _checks())
-    for spec in config.search.workloads:  # every workload and target checked before any work
-        w, target = parse_workload(spec)
-        if target is None:
-            raise ValueError(f"config.search.workloads entry {spec!r} has no '@target'")
-        hk.validate_target(w, target)
-    for spec in config.gpu.workloads:
-        parse_workload(spec)
+    check_config(config)
     started = time.time()
     tax = sweep_taxonomy(config)
     fmts = sweep_formats(config)

@@ -28,12 +28,12 @@ from absl import logging
 
 from configs.prkv import POLICIES, get_config
 from lab import infer, launch, zoo
-from lab.config import check_preset, validate
+from lab.config import check
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import policies
 from lab.methods import prkv as prkv_lib
 from lab.outputs import claim, markdown_table, regime, save_figure, write_outputs
-from lab.zoo import ZooSpec, byte_lm, train_recipe
+from lab.zoo import ZooSpec
 
 TASKS = ("variable_tracking", "needle", "arithmetic")
 POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent",
@@ -42,7 +42,6 @@ POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sin
 
 def check_config(config):
     """Validates ``config`` against its preset; raises ValueError naming the key."""
-    reference = get_config(check_preset(config.get("preset")))
     pos = (lambda v: v > 0, "> 0")
 
     def odd(k):
@@ -50,7 +49,7 @@ def check_config(config):
 
     def alpha(a):
         return 0 <= a < 1
-    validate(config, reference, {
+    return check(config, get_config, {
         "tasks.names": (lambda v: len(v) > 0 and all(t in TASKS for t in v),
                         f"a non-empty list of {TASKS}"),
         "tasks.context": (lambda v: len(v) == 2 and 0 < v[0] <= v[1], "[low, high] tokens"),
@@ -73,7 +72,6 @@ def check_config(config):
         "ablation.question_restart": (lambda v: isinstance(v, bool), "a bool"),
         "zoo.steps": pos, "zoo.seq_len": pos,
     })
-    return config
 
 
 def task_kwargs(config) -> dict:
@@ -91,24 +89,19 @@ def task_kwargs(config) -> dict:
 def zoo_spec(config) -> ZooSpec:
     """The zoo LM of ``config.zoo``, trained on ``config.tasks`` (equal weights)."""
     z = config.zoo
-    model = byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff, z.max_len,
-                    z.qk_smear)
-    train = train_recipe(z.steps, z.learning_rate, warmup_steps=min(50, max(z.steps // 10, 1)),
-                         seed=config.seed, checkpoint_every=100)
-    data = {"tasks": task_kwargs(config), "n_train": z.n_train, "n_eval": z.n_eval,
-            "seed": config.seed}
-    return ZooSpec(name=z.name, model=model, train=train, data=data, seq_len=z.seq_len,
-                   batch_size=z.batch_size, pack=True, prompt_weight=z.prompt_weight,
-                   description="PRKV's LM: long-context variable tracking, needles, arithmetic")
+    return zoo.spec_from_config(
+        z, task_kwargs(config), seed=config.seed,
+        warmup_steps=min(50, max(z.steps // 10, 1)), checkpoint_every=100,
+        description="PRKV's LM: long-context variable tracking, needles, arithmetic")
 
 
 def load_model(config):
-    """``(model, tokenizer, info)``: a named zoo LM, the HF checkpoint ``config.model``, or
-    (``config.model == ""``) the zoo LM described by ``config.zoo``."""
+    """``(model, tokenizer, info)``: a named zoo LM or the HF checkpoint directory
+    ``config.model`` (:func:`lab.zoo.load_model`), or (``config.model == ""``) the zoo LM
+    described by ``config.zoo``."""
     if config.model and config.model not in zoo.NAMED:
-        from lab.hf import load_pretrained, load_tokenizer
-        return load_pretrained(config.model), load_tokenizer(config.model), {
-            "source": config.model}
+        model, tok = zoo.load_model(config.model)
+        return model, tok, {"source": config.model}
     spec = zoo.get_spec(config.model) if config.model else zoo_spec(config)
     t0 = time.time()
     model, tok = zoo.load_spec(spec, progress=False)
@@ -409,6 +402,7 @@ def run(config, workdir: str) -> dict:
     t0 = time.time()
     e = config.eval
     model, tok, info = load_model(config)
+    logging.info("prkv: model %s ready (%.0f s)", info["source"], time.time() - t0)
     pad_id = int(tok.pad_id or 0)
     kwargs = task_kwargs(config)
     data = {t: generate(t, e.n_per_task, seed=config.tasks.eval_seed, **kwargs[t])

@@ -33,6 +33,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from experiments import results_doc
+from lab import console
 from lab.config import check_preset
 from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
 
@@ -141,8 +142,10 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
     os.makedirs(workdir, exist_ok=True)
     entries = []
     bar = tqdm(names, desc=f"reproduce[{preset}]", unit="exp")
-    for name in bar:
+    for i, name in enumerate(bar):
         bar.set_postfix_str(name)
+        logging.info("reproduce: %s (%d of %d) into %s", name, i + 1, len(names),
+                     os.path.join(workdir, name))
         t0 = time.time()
         entry = {"name": name}
         try:
@@ -159,6 +162,9 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
         entry["seconds"] = time.time() - t0
         entry["informative"] = regime_holds(entry)
         entries.append(entry)
+        logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name, entry["status"],
+                     entry["seconds"], sum(c["holds"] for c in entry["claims"]),
+                     len(entry["claims"]))
     summary = {
         "preset": preset,
         "experiments": entries,
@@ -186,7 +192,10 @@ _RESULTS_DOC = flags.DEFINE_string(
 
 def main(argv):
     del argv
+    console.quiet_third_party_logs()
     summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value, _RESULTS_DOC.value)
+    logging.info("reproduce: %d of %d claims hold; %s", summary["claims_held"],
+                 summary["claims_total"], os.path.join(_WORKDIR.value, "report.md"))
     if summary["failed"]:
         logging.error("failed experiments: %s", summary["failed"])
         sys.exit(1)

@@ -21,7 +21,7 @@ from flax import nnx
 
 from configs.s2net import get_config
 from lab import launch, outputs
-from lab.config import validate
+from lab.config import check
 from lab.methods import s2net as s2
 
 MODELS = ("s2net", "snn", "oscillators", "ann")
@@ -36,6 +36,11 @@ def _checks():
             "binding.train_steps": (lambda v: v >= 1, ">= 1"),
             "decoding.train_steps": (lambda v: v >= 1, ">= 1"),
             "signal.train_steps": (lambda v: v >= 1, ">= 1")}
+
+
+def check_config(config):
+    """Validates ``config`` against its preset; raises ValueError naming the key."""
+    return check(config, get_config, _checks())
 
 
 def _task_data(task: str, config):
@@ -155,7 +160,7 @@ def _claims(table: dict) -> list:
 def run(config, workdir: str) -> dict:
     """Trains and evaluates every model on every task; writes results.json, report.md and
     a plot to ``workdir``; returns the results."""
-    validate(config, get_config(config.preset), _checks())
+    check_config(config)
     table, rows, started = {}, [], time.time()
     for task in TASKS:
         t = config[task]

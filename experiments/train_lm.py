@@ -15,7 +15,7 @@ import os
 
 from configs.train_lm import get_config
 from lab import launch, zoo
-from lab.config import check_preset, validate
+from lab.config import check
 from lab.outputs import claim, markdown_table, save_figure, write_outputs
 from lab.train import TrainConfig
 from lab.zoo import ZooSpec
@@ -24,7 +24,7 @@ from lab.zoo.train import train_model
 
 def check_config(config) -> ZooSpec:
     """Validates against the preset's schema; returns the ZooSpec it describes."""
-    validate(config, get_config(check_preset(config.get("preset"))), {
+    check(config, get_config, {
         "seq_len": (lambda v: v > 0, "a positive int"),
         "batch_size": (lambda v: v > 0, "a positive int"),
         "train.steps": (lambda v: v > 0, "a positive int"),

@@ -4,6 +4,12 @@ A config is an ``ml_collections.ConfigDict`` from ``configs/<name>.py:get_config
 :func:`validate` compares a config with the reference preset of the same
 experiment: unknown keys, wrong types, and values outside stated bounds raise
 ``ValueError`` with the key, the value and what was expected.
+
+The convention every launcher follows: ``experiments/<name>.py`` defines
+``check_config(config)``, called first in ``run``, which calls
+:func:`check` with its ``get_config`` and its per-key checks, then
+:func:`require` for any rule that spans several keys. All three raise the same
+message, ``config.<key>=<value> is invalid; expected <what>``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ PRESETS = ("test", "default", "paper")
 
 
 def check_preset(preset: str | None) -> str:
+    """``preset`` (``None`` or ``""``: ``"default"``); ValueError for an unknown one."""
     preset = preset or "default"
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r} is unknown; expected one of {PRESETS}")
@@ -70,10 +77,25 @@ def validate(config, reference, checks: Mapping[str, Callable[[Any], bool] | tup
         if not _type_ok(value, ref[key]):
             raise ValueError(f"config.{key}={value!r} has type {type(value).__name__}; "
                              f"expected {type(ref[key]).__name__}")
-    for key, check in (checks or {}).items():
-        pred, expected = check if isinstance(check, tuple) else (check, "a valid value")
+    for key, rule in (checks or {}).items():
+        pred, expected = rule if isinstance(rule, tuple) else (rule, "a valid value")
         if key not in got:
             raise ValueError(f"config has no key {key!r} to check")
-        if not pred(got[key]):
-            raise ValueError(f"config.{key}={got[key]!r} is invalid; expected {expected}")
+        require(pred(got[key]), key, got[key], expected)
     return config
+
+
+def check(config, get_config: Callable[[str], Any], checks: Mapping | None = None):
+    """:func:`validate` against ``get_config(<config's own preset>)``; returns ``config``.
+
+    The preset is ``config.preset`` (``"default"`` when the config has none) and must be
+    one of :data:`PRESETS`; ``checks`` are :func:`validate`'s.
+    """
+    return validate(config, get_config(check_preset(config.get("preset"))), checks)
+
+
+def require(ok: bool, key: str, value: Any, expected: str) -> None:
+    """Raises ``ValueError("config.<key>=<value> is invalid; expected <expected>")`` unless
+    ``ok``: the form of :func:`validate`'s errors, for rules that span several keys."""
+    if not ok:
+        raise ValueError(f"config.{key}={value!r} is invalid; expected {expected}")

@@ -1,7 +1,9 @@
 """Named small LMs that Lab trains on its synthetic tasks on first use and caches.
 
 ``zoo.load("lm-s") -> (model, tokenizer)``; ``zoo.list()`` names them;
-``zoo.load_spec(ZooSpec(...))`` trains and caches a method's own model.
+``zoo.load_spec(ZooSpec(...))`` trains and caches a method's own model
+(``zoo.spec_from_config`` builds one from a launcher's ``config.zoo`` block);
+``zoo.load_model(name_or_dir)`` takes a zoo name or a Hugging Face checkpoint directory.
 Entries live under ``$LAB_CACHE/zoo`` (default ``~/.cache/lab/zoo``), keyed
 by ``<name>-<digest of the spec>`` (:mod:`lab.zoo.spec`, :mod:`lab.zoo.store`).
 """
@@ -17,7 +19,7 @@ from absl import logging
 
 from lab.data import ByteTokenizer
 from lab.zoo.evaluate import evaluate
-from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec, byte_lm, train_recipe
+from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec, byte_lm, spec_from_config, train_recipe
 from lab.zoo.store import (
     METRICS_FILE,
     CorruptEntry,
@@ -110,6 +112,33 @@ def load(name: str, *, on_corrupt: str = "retrain", progress: bool = True):
     return load_spec(get_spec(name), on_corrupt=on_corrupt, progress=progress)
 
 
+def is_checkpoint_dir(path) -> bool:
+    """Whether ``path`` is a directory with a ``config.json`` (a Hugging Face checkpoint)."""
+    return isinstance(path, (str, os.PathLike)) and os.path.isfile(
+        os.path.join(path, "config.json"))
+
+
+def load_model(name_or_dir: str | os.PathLike, *, dtype=None, progress: bool = True):
+    """``(model, tokenizer)`` of a zoo name (:func:`load`, trained on first use) or of a
+    Hugging Face checkpoint directory (``config.json`` + safetensors:
+    :func:`lab.hf.load_pretrained` with ``dtype``, and :func:`lab.hf.load_tokenizer`).
+
+    A zoo name wins over a directory of the same name. Anything else raises ValueError
+    naming the argument and the zoo's names.
+    """
+    if isinstance(name_or_dir, str) and name_or_dir in NAMED:
+        return load(name_or_dir, progress=progress)
+    if is_checkpoint_dir(name_or_dir):
+        from lab import hf  # only real checkpoints need the tokenizers package
+
+        return hf.load_pretrained(name_or_dir, dtype=dtype), hf.load_tokenizer(name_or_dir)
+    what = ("a directory without config.json" if isinstance(name_or_dir, (str, os.PathLike))
+            and os.path.isdir(name_or_dir) else "not a zoo name nor a directory")
+    raise ValueError(f"model {name_or_dir!r} is {what}; expected a zoo model, one of "
+                     f"{sorted(NAMED)}, or a Hugging Face checkpoint directory (config.json + "
+                     "model.safetensors)")
+
+
 def metrics(spec: ZooSpec | str) -> dict:
     """The stored ``metrics.json`` of a trained entry (train / held-out accuracy per task)."""
     path = os.path.join(entry_path(spec), METRICS_FILE)
@@ -122,5 +151,6 @@ def metrics(spec: ZooSpec | str) -> dict:
 
 __all__ = [
     "NAMED", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root", "entry_path",
-    "evaluate", "get_spec", "list", "load", "load_base", "load_spec", "metrics", "train_recipe",
+    "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base", "load_model",
+    "load_spec", "metrics", "spec_from_config", "train_recipe",
 ]

@@ -189,6 +189,30 @@ def train_recipe(steps: int, learning_rate: float, **overrides) -> dict:
             "checkpoint_every": 200, "eval_every": 250, **overrides}
 
 
+def spec_from_config(block: Mapping, tasks: Mapping, *, seed: int, description: str = "",
+                     **train_overrides) -> ZooSpec:
+    """The :class:`ZooSpec` of a launcher's ``config.zoo`` block, for experiments whose own LM
+    is described by a few architecture and training numbers rather than a named model.
+
+    ``block`` holds ``name``, the :func:`byte_lm` fields (``d_model``, ``n_layers``,
+    ``n_heads``, ``n_kv_heads``, ``d_ff``, ``max_len``, ``qk_smear``), ``steps``,
+    ``learning_rate``, ``n_train``, ``n_eval``, ``seq_len``, ``batch_size`` and optionally
+    ``prompt_weight`` (default 0) and ``init`` (default ""). ``tasks`` is the mixture
+    (``data["tasks"]``), ``seed`` the data's and the training's seed, and
+    ``train_overrides`` replace fields of :func:`train_recipe`.
+    """
+    model = byte_lm(block["d_model"], block["n_layers"], block["n_heads"], block["n_kv_heads"],
+                    block["d_ff"], block["max_len"], block["qk_smear"])
+    train = train_recipe(block["steps"], block["learning_rate"],
+                         **{"seed": seed, **train_overrides})
+    data = {"tasks": dict(tasks), "n_train": block["n_train"], "n_eval": block["n_eval"],
+            "seed": seed}
+    return ZooSpec(name=block["name"], model=model, train=train, data=data,
+                   seq_len=block["seq_len"], batch_size=block["batch_size"], pack=True,
+                   prompt_weight=block.get("prompt_weight", 0.0), init=block.get("init", ""),
+                   description=description)
+
+
 # lm-xs's architecture, shared by its fine-tunes (a fine-tune keeps its base's model config).
 _LM_XS = byte_lm(128, 2, 4, 2, 384, 2048, qk_smear=5)
 _LM_S = byte_lm(192, 3, 6, 2, 576, 2048, qk_smear=5)

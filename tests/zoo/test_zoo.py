@@ -180,3 +180,93 @@ def test_bad_names_and_specs_are_errors():
     with pytest.raises(ValueError, match="on_corrupt='ignore'"):
         zoo.load_spec(TINY, on_corrupt="ignore")
     assert set(zoo.list()) >= {"lm-xs", "lm-s", "lm-m", "lm-test"}
+
+
+def test_load_model_takes_a_zoo_name_or_a_checkpoint_directory(cache, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from lab import hf
+
+    model, _ = zoo.load("lm-test")  # the cached entry (earlier tests may have retrained it)
+    count = zoo.TRAININGS[TINY.key]
+    named, tok = zoo.load_model("lm-test")
+    assert zoo.TRAININGS[TINY.key] == count and isinstance(tok, ByteTokenizer)
+    x = np.asarray([tok.encode("3+4=?\n", add_bos=True)], np.int32)
+    np.testing.assert_array_equal(np.asarray(named(x)), np.asarray(model(x)))
+
+    # a Hugging Face directory: lm-test's weights and a six-word tokenizer
+    hf.save_pretrained(model, tmp_path)
+    vocab = {"<unk>": 0, "</s>": 1, "3": 2, "+": 3, "4": 4, "=": 5}
+    word = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    word.pre_tokenizer = pre_tokenizers.Whitespace()
+    word.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "</s>"}')
+    loaded, word_tok = zoo.load_model(tmp_path)
+    assert word_tok.encode("3 + 4 = 7") == [2, 3, 4, 5, 0] and word_tok.eos_id == 1
+    ids = np.asarray([word_tok.encode("3 + 4 =")], np.int32)
+    np.testing.assert_allclose(np.asarray(loaded(ids)), np.asarray(model(ids)), atol=1e-6)
+    assert zoo.is_checkpoint_dir(tmp_path) and not zoo.is_checkpoint_dir(tmp_path / "nope")
+
+
+def test_load_model_names_what_it_was_given(tmp_path):
+    with pytest.raises(ValueError, match=r"model 'lm-nope' is not a zoo name nor a directory; "
+                                         r"expected a zoo model, one of \[.*'lm-xs'.*\]"):
+        zoo.load_model("lm-nope")
+    with pytest.raises(ValueError, match="is a directory without config.json"):
+        zoo.load_model(tmp_path)
+
+
+def test_spec_from_config_builds_the_launchers_specs():
+    import ml_collections
+
+    block = ml_collections.ConfigDict({
+        "name": "blk", "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
+        "max_len": 128, "qk_smear": 3, "steps": 30, "learning_rate": 2e-3, "n_train": 100,
+        "n_eval": 8, "seq_len": 96, "batch_size": 4})
+    tasks = {"copy": {"length": [4, 8]}}
+    spec = zoo.spec_from_config(block, tasks, seed=5, warmup_steps=3, checkpoint_every=0,
+                                description="d")
+    want = zoo.ZooSpec(
+        name="blk", model=zoo.byte_lm(32, 1, 2, 1, 64, 128, qk_smear=3),
+        train=zoo.train_recipe(30, 2e-3, seed=5, warmup_steps=3, checkpoint_every=0),
+        data={"tasks": tasks, "n_train": 100, "n_eval": 8, "seed": 5}, seq_len=96,
+        batch_size=4, description="d")
+    assert spec == want and spec.key == want.key
+    assert spec.train["seed"] == 5 and spec.prompt_weight == 0.0 and spec.init == ""
+    block.prompt_weight = 0.25
+    assert zoo.spec_from_config(block, tasks, seed=5).prompt_weight == 0.25
+
+
+def test_launcher_zoo_specs_are_unchanged_by_the_shared_helper():
+    """PRKV's and GOLD PANNING's config.zoo blocks give the specs (so the cache keys) that
+    each launcher built by hand before ``zoo.spec_from_config``."""
+    from configs import gold_panning as gp_configs
+    from configs import prkv as prkv_configs
+    from experiments import gold_panning, prkv
+
+    c = prkv_configs.get_config("test")
+    z = c.zoo
+    want = zoo.ZooSpec(
+        name=z.name, model=zoo.byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff,
+                                       z.max_len, z.qk_smear),
+        train=zoo.train_recipe(z.steps, z.learning_rate,
+                               warmup_steps=min(50, max(z.steps // 10, 1)), seed=c.seed,
+                               checkpoint_every=100),
+        data={"tasks": prkv.task_kwargs(c), "n_train": z.n_train, "n_eval": z.n_eval,
+              "seed": c.seed},
+        seq_len=z.seq_len, batch_size=z.batch_size, prompt_weight=z.prompt_weight)
+    assert prkv.zoo_spec(c).key == want.key
+    z = gp_configs.get_config("test").zoo_mismatch
+    want = zoo.ZooSpec(
+        name=z.name, model=zoo.byte_lm(z.d_model, z.n_layers, z.n_heads, z.n_kv_heads, z.d_ff,
+                                       z.max_len, z.qk_smear),
+        train=zoo.train_recipe(z.steps, z.learning_rate, warmup_steps=max(1, z.steps // 10),
+                               seed=z.seed, log_every=50, checkpoint_every=0),
+        data={"tasks": {"kv_retrieval": {"weight": 2, "n_docs": list(z.n_docs),
+                                         "pairs_per_doc": 1},
+                        "copy": {"weight": 1, "length": [8, 32]},
+                        "associative_recall": {"weight": 1, "n_pairs": [4, 12],
+                                               "n_queries": [1, 3]}},
+              "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed},
+        seq_len=z.seq_len, batch_size=z.batch_size)
+    assert gold_panning.zoo_spec(z).key == want.key and z.seed == 1
