@@ -29,7 +29,7 @@ class TransformerConfig:
     before q/k norm and RoPE): Olsson et al. (2022)'s smeared keys, a short
     causal convolution as in Primer and H3. It lets one attention layer match
     on a multi-token key, where a plain 2-layer model sits on the associative-
-    recall plateau (``lab.data.synthetic.recall``). 0 = off, the Qwen/Llama
+    recall plateau (``docs/zoo.md``). 0 = off, the Qwen/Llama
     architecture unchanged; no Hugging Face family holds ``S > 0``.
     """
 

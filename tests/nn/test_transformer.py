@@ -89,3 +89,19 @@ def test_param_count_matches_config():
         m = Transformer(cfg, rngs=nnx.Rngs(0))
         n = sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
         assert n == cfg.num_params()
+
+
+def test_attention_impl_none_follows_lab_kernels(model, monkeypatch):
+    # attention_impl=None (the default) leaves the choice to the dispatcher, so the
+    # LAB_KERNELS override reaches the Transformer; an explicit impl still wins.
+    assert CFG.attention_impl is None
+    x = tokens(b=1, t=8)
+
+    def uses_pallas(m):
+        return "pallas_call" in str(jax.make_jaxpr(lambda t: m(t))(x))
+
+    monkeypatch.setenv("LAB_KERNELS", "pallas")
+    assert uses_pallas(model)
+    assert not uses_pallas(Transformer(CFG.replace(attention_impl="xla"), rngs=nnx.Rngs(0)))
+    monkeypatch.setenv("LAB_KERNELS", "xla")
+    assert not uses_pallas(model)
