@@ -270,3 +270,25 @@ def test_launcher_zoo_specs_are_unchanged_by_the_shared_helper():
               "n_train": z.n_train, "n_eval": z.n_eval, "seed": z.seed},
         seq_len=z.seq_len, batch_size=z.batch_size)
     assert gold_panning.zoo_spec(z).key == want.key and z.seed == 1
+
+
+def test_entries_written_before_fusion_load_with_the_same_logits(cache):
+    # Older entries store q/k/v and gate/up separately (layers.i.attn.q.kernel, ...).
+    from lab.nn import split_qkv
+    from lab.zoo.store import model_from_flat
+
+    _, model, _ = cache
+    c = model.config
+    flat = flatten_params(model)
+    old = {k: v for k, v in flat.items() if ".qkv." not in k and ".gate_up." not in k}
+    for i in range(c.n_layers):
+        q, k, v = split_qkv(flat[f"layers.{i}.attn.qkv.kernel"], config=c)
+        old.update({f"layers.{i}.attn.q.kernel": np.asarray(q),
+                    f"layers.{i}.attn.k.kernel": np.asarray(k),
+                    f"layers.{i}.attn.v.kernel": np.asarray(v)})
+        gu = flat[f"layers.{i}.mlp.gate_up.kernel"]
+        old.update({f"layers.{i}.mlp.gate.kernel": gu[:, 0], f"layers.{i}.mlp.up.kernel": gu[:, 1]})
+    assert "layers.0.attn.q.kernel" in old and "layers.0.attn.qkv.kernel" not in old
+    loaded = model_from_flat(c, old)
+    x = np.arange(12, dtype=np.int32)[None] % c.vocab_size
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
