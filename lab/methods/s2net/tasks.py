@@ -48,7 +48,7 @@ def binding_batch(seed: int, index: int, batch: int, size: int = 8, steps: int =
     return {"inputs": np.repeat(image[:, None, :], steps, axis=1), "labels": labels}
 
 
-def spike_train_batch(seed: int, index: int, batch: int, n_in: int = 32, steps: int = 64,
+def spike_train_batch(seed: int, index: int, batch: int, *, n_in: int = 32, steps: int = 64,
                       n_classes: int = 4, base_rate: float = 0.02, peak_rate: float = 0.2,
                       kappa: float = 2.0, gain_noise: float = 0.3) -> dict:
     """Direction-tuned Poisson-like population.
