@@ -167,10 +167,10 @@ def cache_costs(model, x, lengths, names, ratios, config):
 
     def capture():
         return infer.prefill(model, x, lengths=lengths, return_stats=policies.STATS,
-                             window=e.window)[1:]
+                             window=e.window, capacity=x.shape[1])[1:]
 
     def forward():  # the prefill forward alone: no captures, no policy
-        return infer.prefill(model, x, lengths=lengths)[1]
+        return infer.prefill(model, x, lengths=lengths, capacity=x.shape[1])[1]
 
     cache, stats = capture()
     prefill_s = _timed(forward, e.timing_repeats)

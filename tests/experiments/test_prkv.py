@@ -14,7 +14,7 @@ from lab.hf import save_pretrained
 from lab.nn import Transformer, TransformerConfig
 
 
-def check_outputs(out, workdir, config):
+def check_outputs(out, workdir, config, memory_falls: bool = True):
     files = {p.name for p in workdir.iterdir()}
     assert {"config.json", "results.json", "report.md", "accuracy_vs_ratio.png"} <= files
     saved = json.loads((workdir / "results.json").read_text())
@@ -31,10 +31,13 @@ def check_outputs(out, workdir, config):
         assert row["score_fraction"] == pytest.approx(
             row["score_seconds"] / saved["costs"][task]["prefill_seconds"])
     # Compiled generate memory: StreamingLLM (no statistics) at 0.75 needs less than the full
-    # cache; PRKV is measured at every ratio.
+    # cache; PRKV is measured at every ratio. (Not on a 1-layer d=32 model with one KV head,
+    # whose whole decode cache is smaller than the prefill's own peak: eviction after the
+    # prompt cannot lower the program's peak there.)
     mem = saved["memory"]
     assert set(mem) == set(config.eval.policies)
-    assert mem["streaming_llm"]["0.75"] < mem["full"]["0.0"]
+    if memory_falls:
+        assert mem["streaming_llm"]["0.75"] < mem["full"]["0.0"]
     assert set(mem["prkv"]) == {str(float(r)) for r in config.eval.ratios}
     # the claims' and the regime's verdicts are their rules applied to the stored numbers
     assert len(out["claims"]) >= 3
@@ -153,7 +156,7 @@ def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
     config.model = str(tmp_path)
     work = tmp_path / "out"
     out = exp.run(config, str(work))
-    check_outputs(out, work, config)
+    check_outputs(out, work, config, memory_falls=False)
     assert out["model"]["source"] == str(tmp_path)
 
 
