@@ -16,9 +16,10 @@ tokens (``sft_loss``) the accumulated gradient equals the full-batch gradient.
 Mixed precision (``TrainConfig.precision="bfloat16"``): the parameters and the
 optimizer state stay float32 (the master weights); inside the trace the step
 merges them into the model and makes that copy's ``nnx.Linear`` layers multiply
-through :class:`MixedMatmul` (:func:`use_mixed_matmul`): both operands rounded to bfloat16, products accumulated in
-float32, the result returned in the layer's own dtype; its backward computes the
-input and weight gradients the same way and hands them back in float32. Everything
+through :class:`MixedMatmul` (:func:`use_mixed_matmul`): both operands rounded to
+bfloat16, products accumulated in float32, the result returned in the layer's own
+dtype; its backward computes the input and weight gradients the same way and hands
+them back in float32. Everything
 else (embeddings, norms, attention, softmax, the loss, the optimizer) runs as the
 model defines it, float32 for a float32 model. This is the split of Micikevicius
 et al. (2018, "Mixed Precision Training") and of ``torch.autocast`` (matmuls in
