@@ -18,20 +18,19 @@ optimizer state stay float32 (the master weights); inside the trace the step
 merges them into the model and makes that copy's ``nnx.Linear`` layers multiply
 through :class:`MixedMatmul` (:func:`use_mixed_matmul`): both operands rounded to
 bfloat16, products accumulated in float32, the result returned in the layer's own
-dtype; its backward computes the input and weight gradients the same way and hands
-them back in float32. Everything
-else (embeddings, norms, attention, softmax, the loss, the optimizer) runs as the
-model defines it, float32 for a float32 model. This is the split of Micikevicius
-et al. (2018, "Mixed Precision Training") and of ``torch.autocast`` (matmuls in
-low precision, float32 master weights), with the products' outputs left in
-float32 instead of rounded to bfloat16 (no loss scaling is needed: bfloat16 has
-float32's exponent range).
+dtype; its backward computes the input and weight gradients the same way and
+hands them back in float32. Everything else (embeddings, norms, attention,
+softmax, the loss, the optimizer) runs as the model defines it, float32 for a
+float32 model. This is the split of Micikevicius et al. (2018, "Mixed Precision
+Training") and of ``torch.autocast`` (matmuls in low precision, float32 master
+weights), with the products' outputs left in float32 instead of rounded to
+bfloat16 (no loss scaling is needed: bfloat16 has float32's exponent range).
 
 Every product the matmul issues has the operand layouts XLA's CPU backend hands
-to its YNNPACK library (``x [M, K] @ w [K, N]``, both row-major): the backward
-transposes ``x`` and ``w`` explicitly, behind ``lax.optimization_barrier`` so
-that XLA does not fold the transpose back into a non-canonical dot, which it
-would run with float32 Eigen instead.
+to its YNNPACK library in bfloat16 (``x [M, K] @ w [K, N]``, both row-major, float32
+result): the backward materialises ``x.T`` and ``w.T`` row-major
+(:func:`_row_major_transpose`). XLA upcasts a bfloat16 dot with any other operand
+layout to float32 (its ``operand_upcaster`` pass), which would lose the speed.
 """
 
 from __future__ import annotations
@@ -63,12 +62,19 @@ def _matmul_fwd(x, w, compute):
     return jax.lax.dot(xc, wc, preferred_element_type=jnp.float32), (xc, wc, marks)
 
 
+def _row_major_transpose(a: jax.Array) -> jax.Array:
+    """``a.T`` materialised row-major. A plain ``a.T`` lowers to a column-major layout that
+    XLA folds into the dot (or keeps as the operand's layout), which its CPU backend then
+    runs in float32; the flattened copy behind an optimization barrier cannot be folded."""
+    flat = jax.lax.optimization_barrier(a.T.reshape(-1))
+    return flat.reshape(a.shape[1], a.shape[0])
+
+
 def _matmul_bwd(compute, res, g):
     xc, wc, (x_mark, w_mark) = res
     gc = g.astype(compute)
-    barrier = jax.lax.optimization_barrier
-    dx = jax.lax.dot(gc, barrier(wc.T), preferred_element_type=jnp.float32)   # [M, K]
-    dw = jax.lax.dot(barrier(xc.T), gc, preferred_element_type=jnp.float32)   # [K, N]
+    dx = jax.lax.dot(gc, _row_major_transpose(wc), preferred_element_type=jnp.float32)  # [M, K]
+    dw = jax.lax.dot(_row_major_transpose(xc), gc, preferred_element_type=jnp.float32)  # [K, N]
     return dx.astype(x_mark.dtype), dw.astype(w_mark.dtype)
 
 
