@@ -41,7 +41,22 @@ products of each shape, jitted JAX against torch (MKL on this wheel), and the tw
 sums weighted by the step's FLOPs. That bounds what Lab can reach here: a step
 cannot run faster than its matmuls.
 
+bfloat16 mixed precision (``--precision bfloat16``, or ``both`` for the two
+comparisons in one run): Lab's ``TrainConfig(precision="bfloat16")`` (the
+Linear products in bfloat16 with float32 accumulation, see
+:mod:`lab.train.step`) against the same torch loop with forward and loss under
+``torch.autocast("cpu", dtype=torch.bfloat16)``; both keep float32 weights and
+AdamW state, so the recipe is unchanged, and their losses after the timed
+updates agree to 2e-2. The matmul table then times the bf16 products each side
+issues (Lab's float32-result products with materialised transposes, torch's
+bf16 ``@``).
+
+XLA's CPU options are read from ``XLA_FLAGS`` at start-up (the benchmark prints
+them), e.g. ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=+reduce``; an
+option the installed jaxlib does not know aborts the process.
+
     python benchmarks/train.py [--steps 8] [--repeats 3] [--threads 2]
+                               [--precision float32|bfloat16|both]
 """
 
 from __future__ import annotations
