@@ -41,7 +41,22 @@ products of each shape, jitted JAX against torch (MKL on this wheel), and the tw
 sums weighted by the step's FLOPs. That bounds what Lab can reach here: a step
 cannot run faster than its matmuls.
 
+bfloat16 mixed precision (``--precision bfloat16``, or ``both`` for the two
+comparisons in one run): Lab's ``TrainConfig(precision="bfloat16")`` (the
+Linear products in bfloat16 with float32 accumulation, see
+:mod:`lab.train.step`) against the same torch loop with forward and loss under
+``torch.autocast("cpu", dtype=torch.bfloat16)``; both keep float32 weights and
+AdamW state, so the recipe is unchanged, and their losses after the timed
+updates agree to 2e-2. The matmul table then times the bf16 products each side
+issues (Lab's float32-result products with materialised transposes, torch's
+bf16 ``@``).
+
+XLA's CPU options are read from ``XLA_FLAGS`` at start-up (the benchmark prints
+them), e.g. ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=+reduce``; an
+option the installed jaxlib does not know aborts the process.
+
     python benchmarks/train.py [--steps 8] [--repeats 3] [--threads 2]
+                               [--precision float32|bfloat16|both]
 """
 
 from __future__ import annotations
@@ -83,6 +98,8 @@ import lab  # noqa: E402
 from lab.hf import save_pretrained  # noqa: E402
 from lab.nn import Transformer, TransformerConfig  # noqa: E402
 from lab.train import TrainConfig, Trainer, make_optimizer, sft_loss  # noqa: E402
+from lab.train.config import PRECISIONS  # noqa: E402
+from lab.train.step import _row_major_transpose, use_mixed_matmul  # noqa: E402
 
 MODEL = TransformerConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2,
                           head_dim=32, d_ff=768, qk_norm=True, tie_embeddings=True, max_len=512)
@@ -108,11 +125,16 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 / _best(lambda: f(a, b).block_until_ready(), repeats)
 
 
-def gemm_rates(tokens: int, repeats: int = 20) -> list[tuple[str, float, float, float]]:
+def gemm_rates(tokens: int, repeats: int = 20,
+               precision: str = "float32") -> list[tuple[str, float, float, float]]:
     """GFLOP/s of JAX (jitted) and torch on the step's linear layers, per product: forward
     ``x @ W``, weight gradient ``x.T @ dy`` and input gradient ``dy @ W.T`` with ``x`` of
     ``tokens`` rows. Returns ``(name, flops per step, jax, torch)`` rows, the FLOPs counting
-    how many layers of the model have that shape: where the step's matmul time goes."""
+    how many layers of the model have that shape: where the step's matmul time goes.
+
+    ``precision="bfloat16"``: bf16 operands on both sides; JAX's products are the ones
+    ``lab.train.step.MixedMatmul`` issues (float32 results, transposes materialised),
+    torch's are plain bf16 ``@`` (bf16 results), as under autocast."""
     m = MODEL
     shapes = {"q/o": (m.d_model, m.n_heads * m.head_dim, 2 * m.n_layers),
               "k/v": (m.d_model, m.n_kv_heads * m.head_dim, 2 * m.n_layers),
@@ -126,14 +148,25 @@ def gemm_rates(tokens: int, repeats: int = 20) -> list[tuple[str, float, float, 
         flops = 2 * tokens * k * n
         products = {"fwd": (lambda a, b: a @ b, x, w), "dW": (lambda a, b: a.T @ b, x, dy),
                     "dX": (lambda a, b: a @ b.T, dy, w)}
+        mixed = {"fwd": lambda a, b: _dot32(a, b),
+                 "dW": lambda a, b: _dot32(_row_major_transpose(a), b),
+                 "dX": lambda a, b: _dot32(a, _row_major_transpose(b))}
         for kind, (f, a, b) in products.items():
-            jf, ja, jb = jax.jit(f), jnp.asarray(a), jnp.asarray(b)
+            ja, jb = jnp.asarray(a), jnp.asarray(b)
             ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            jf = jax.jit(f)
+            if precision == "bfloat16":
+                jf, ja, jb = jax.jit(mixed[kind]), ja.astype(jnp.bfloat16), jb.astype(jnp.bfloat16)
+                ta, tb = ta.bfloat16(), tb.bfloat16()
             t_jax = _best(lambda jf=jf, ja=ja, jb=jb: jf(ja, jb).block_until_ready(), repeats)
             t_torch = _best(lambda f=f, ta=ta, tb=tb: f(ta, tb), repeats)
             rows.append((f"{name} {kind} [{tokens}x{k}x{n}]", count * flops,
                          flops / t_jax / 1e9, flops / t_torch / 1e9))
     return rows
+
+
+def _dot32(a, b):
+    return jax.lax.dot(a, b, preferred_element_type=jnp.float32)
 
 
 def make_batch(b: int, t: int) -> dict:
@@ -143,8 +176,11 @@ def make_batch(b: int, t: int) -> dict:
             "mask": np.ones((b, t), np.float32)}
 
 
-def torch_trainer(hf: Qwen3ForCausalLM, steps: int, batch: dict):
-    """Returns ``run(n) -> last loss``: n plain torch training iterations, same recipe as Lab."""
+def torch_trainer(hf: Qwen3ForCausalLM, steps: int, batch: dict, autocast: bool = False):
+    """Returns ``run(n) -> last loss``: n plain torch training iterations, same recipe as Lab.
+
+    ``autocast``: forward and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+    (the float32 weights and AdamW state unchanged), PyTorch's bf16 mixed precision."""
     decay = [p for p in hf.parameters() if p.ndim >= 2]
     no_decay = [p for p in hf.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
@@ -164,7 +200,9 @@ def torch_trainer(hf: Qwen3ForCausalLM, steps: int, batch: dict):
 
     def run(n: int) -> float:
         for _ in range(n):
-            logits = hf(input_ids=inputs).logits
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = hf(input_ids=inputs).logits
+            logits = logits.float()
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                      targets.reshape(-1))
             loss.backward()
@@ -184,6 +222,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=(*PRECISIONS, "both"), default="float32",
+                    help="float32 (default), bfloat16 mixed precision against torch autocast, "
+                         "or both")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     b, t, steps = args.batch, args.seq, args.steps
@@ -207,10 +248,79 @@ def main() -> None:
             torch.from_numpy(batch["targets"].astype(np.int64)).reshape(-1)))
     assert abs(lab_loss0 - torch_loss0) < 1e-4, (lab_loss0, torch_loss0)
 
-    # The timed work per side: `steps` updates of the same recipe from the same weights.
+    results = {p: compare(p, args, init, init_state, batch)
+               for p in (PRECISIONS if args.precision == "both" else (args.precision,))}
+    print(f"model: Qwen3 {n_params / 1e6:.3f}M params, batch {b} x seq {t} = {tokens} tokens/step,"
+          f" {steps} steps per timed run, best of {args.repeats}; torch threads "
+          f"{torch.get_num_threads()}, jax devices {jax.devices()}, os.cpu_count {os.cpu_count()}")
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; LAB_MALLOC={lab.host.mode()} (tuned: "
+          f"{lab.MALLOC_TUNED}); load average at the end: {os.getloadavg()}")
+    print(f"first loss  lab {lab_loss0:.6f}  torch {torch_loss0:.6f}")
+    work = tokens * steps
+    for precision, res in results.items():
+        tps = {k: work / min(w for w, _ in v) for k, v in res["runs"].items()}
+        cpu_tps = {k: work / min(c for _, c in v) for k, v in res["runs"].items()}
+        res["tps"] = tps
+        if precision == "bfloat16":
+            print("bfloat16 mixed precision: lab TrainConfig(precision='bfloat16') | torch "
+                  "torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss; "
+                  "float32 master weights and AdamW state on both sides")
+        print(f"[{precision}] loss after {steps} updates  lab {res['lab_last']:.6f}  torch "
+              f"{res['torch_last']:.6f}")
+        names = {"lab": "lab Trainer.fit", "bare": "bare jitted jax step",
+                 "torch": "torch train loop"}
+        for k, name in names.items():
+            walls = [round(w, 2) for w, _ in res["runs"][k]]
+            cpus = [round(c, 2) for _, c in res["runs"][k]]
+            print(f"[{precision}] {name:21s}: {tps[k]:8.0f} tokens/s wall (runs {walls} s), "
+                  f"{cpu_tps[k]:8.0f} tokens per CPU-second (CPU {cpus} s)")
+        print(f"[{precision}] (lab's first fit, compile included: {res['compile_s']:.1f} s)")
+        print(f"[{precision}] ratio lab / torch : {tps['lab'] / tps['torch']:.2f}x wall-clock "
+              f"(target >= 1.0x); {cpu_tps['lab'] / cpu_tps['torch']:.2f}x per CPU-second; "
+              f"Trainer / bare jax step: {tps['lab'] / tps['bare']:.2f}x")
+    if set(results) == set(PRECISIONS):
+        f32, bf16 = results["float32"]["tps"], results["bfloat16"]["tps"]
+        print(f"bfloat16 / float32 speed-up: lab {bf16['lab'] / f32['lab']:.2f}x, torch "
+              f"{bf16['torch'] / f32['torch']:.2f}x")
+    if "float32" not in results:
+        print_gemms(tokens, "bfloat16")
+        return
+    tps = results["float32"]["tps"]
+    peak = matmul_peak()
+    flops_tok = 6 * n_params
+    attn_tok = 6 * MODEL.n_layers * t * MODEL.n_heads * MODEL.head_dim  # 6 * L * T * d_attn
+    print(f"[float32] peak (best jitted jax f32 matmul 2048^3): {peak / 1e9:.1f} GFLOP/s")
+    print(f"[float32] MFU = 6*N*tokens/s / peak: lab {flops_tok * tps['lab'] / peak:.1%}, "
+          f"torch {flops_tok * tps['torch'] / peak:.1%}  (6N = {flops_tok / 1e6:.1f} MFLOP/token;"
+          f" with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
+          f"{(flops_tok + attn_tok) * tps['lab'] / peak:.1%}, torch "
+          f"{(flops_tok + attn_tok) * tps['torch'] / peak:.1%})")
+    for precision in results:
+        print_gemms(tokens, precision)
+
+
+def print_gemms(tokens: int, precision: str) -> None:
+    print(f"the step's matmuls alone in {precision}, GFLOP/s (jax jitted | torch), best of 20:")
+    rates = gemm_rates(tokens, precision=precision)
+    for name, _, jx, tr in rates:
+        print(f"  {name:30s} {jx:7.1f} | {tr:7.1f}   jax/torch {jx / tr:.2f}x")
+    jax_s = sum(f / jx for _, f, jx, _ in rates)
+    torch_s = sum(f / tr for _, f, _, tr in rates)
+    print(f"  all of them, weighted by the step's FLOPs: jax/torch {torch_s / jax_s:.2f}x "
+          f"(jax {jax_s * 1e3 / 1e9:.0f} ms, torch {torch_s * 1e3 / 1e9:.0f} ms per step)")
+
+
+def compare(precision: str, args, init, init_state, batch) -> dict:
+    """Times Lab's Trainer, the bare jitted step and the torch loop in ``precision``.
+
+    Returns ``{"runs": {side: [(wall s, CPU s), ...]}, "lab_last", "torch_last",
+    "compile_s"}``; the losses after ``args.steps`` updates from the same weights must agree
+    (to 1e-3 in float32, 2e-2 under bfloat16, where the two sides round differently)."""
+    steps = args.steps
     cfg = TrainConfig(steps=steps, learning_rate=LR, warmup_steps=WARMUP, schedule="cosine",
                       optimizer="adamw", weight_decay=WD, grad_clip=CLIP, log_every=steps,
-                      progress=False)
+                      progress=False, precision=precision)
+    autocast = precision == "bfloat16"
 
     def timed(fn):
         w0, c0 = time.perf_counter(), time.process_time()
@@ -228,10 +338,15 @@ def main() -> None:
     graphdef, params0 = nnx.split(init, nnx.Param)
     tx = make_optimizer(cfg)
 
+    def loss_of(p, batch):
+        model = nnx.merge(graphdef, p)
+        if autocast:
+            use_mixed_matmul(model, "bfloat16")
+        return sft_loss(model, batch)[0]
+
     @jax.jit
     def bare_step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(lambda p: sft_loss(nnx.merge(graphdef, p), batch)[0])(
-            params)
+        loss, grads = jax.value_and_grad(loss_of)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -243,11 +358,16 @@ def main() -> None:
             params, opt_state, loss = bare_step(params, opt_state, jbatch)
         return float(loss)
 
+    def hf_model():
+        with tempfile.TemporaryDirectory() as d:
+            save_pretrained(init, d)
+            return Qwen3ForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+
     w0 = time.perf_counter()
     lab_fit()  # compiles the step
     compile_s = time.perf_counter() - w0
     bare_fit()
-    run_torch = torch_trainer(hf, 10**9, batch)
+    run_torch = torch_trainer(hf_model(), 10**9, batch, autocast=autocast)
     run_torch(2)  # warm-up
 
     runs = {"lab": [], "bare": [], "torch": []}
@@ -258,48 +378,11 @@ def main() -> None:
         runs["torch"].append(timed(lambda: run_torch(steps))[:2])
 
     # Same function and optimizer: after `steps` identical updates the losses agree.
-    with tempfile.TemporaryDirectory() as d:
-        save_pretrained(init, d)
-        hf_check = Qwen3ForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
-    torch_last = torch_trainer(hf_check, steps, batch)(steps)
-
-    peak = matmul_peak()
-    work = tokens * steps
-    tps = {k: work / min(w for w, _ in v) for k, v in runs.items()}
-    cpu_tps = {k: work / min(c for _, c in v) for k, v in runs.items()}
-    flops_tok = 6 * n_params
-    attn_tok = 6 * MODEL.n_layers * t * MODEL.n_heads * MODEL.head_dim  # 6 * L * T * d_attn
-    print(f"model: Qwen3 {n_params / 1e6:.3f}M params, batch {b} x seq {t} = {tokens} tokens/step,"
-          f" {steps} steps per timed run, best of {args.repeats}; torch threads "
-          f"{torch.get_num_threads()}, jax devices {jax.devices()}, os.cpu_count {os.cpu_count()}")
-    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; LAB_MALLOC={lab.host.mode()} (tuned: "
-          f"{lab.MALLOC_TUNED}); load average at the end: {os.getloadavg()}")
-    print(f"first loss  lab {lab_loss0:.6f}  torch {torch_loss0:.6f}")
-    print(f"loss after {steps} updates  lab {lab_last:.6f}  torch {torch_last:.6f}")
-    names = {"lab": "lab Trainer.fit", "bare": "bare jitted jax step", "torch": "torch train loop"}
-    for k, name in names.items():
-        walls = [round(w, 2) for w, _ in runs[k]]
-        cpus = [round(c, 2) for _, c in runs[k]]
-        print(f"{name:21s}: {tps[k]:8.0f} tokens/s wall (runs {walls} s), "
-              f"{cpu_tps[k]:8.0f} tokens per CPU-second (CPU {cpus} s)")
-    print(f"(lab's first fit, compile included: {compile_s:.1f} s)")
-    print(f"ratio lab / torch : {tps['lab'] / tps['torch']:.2f}x wall-clock (target >= 1.0x); "
-          f"{cpu_tps['lab'] / cpu_tps['torch']:.2f}x per CPU-second; "
-          f"Trainer / bare jax step: {tps['lab'] / tps['bare']:.2f}x")
-    print(f"peak (best jitted jax f32 matmul 2048^3): {peak / 1e9:.1f} GFLOP/s")
-    print(f"MFU = 6*N*tokens/s / peak: lab {flops_tok * tps['lab'] / peak:.1%}, "
-          f"torch {flops_tok * tps['torch'] / peak:.1%}  (6N = {flops_tok / 1e6:.1f} MFLOP/token;"
-          f" with attention +{attn_tok / 1e6:.1f} MFLOP/token: lab "
-          f"{(flops_tok + attn_tok) * tps['lab'] / peak:.1%}, torch "
-          f"{(flops_tok + attn_tok) * tps['torch'] / peak:.1%})")
-    print("the step's matmuls alone, GFLOP/s (jax jitted | torch), best of 20:")
-    rates = gemm_rates(tokens)
-    for name, _, jx, tr in rates:
-        print(f"  {name:30s} {jx:7.1f} | {tr:7.1f}   jax/torch {jx / tr:.2f}x")
-    jax_s = sum(f / jx for _, f, jx, _ in rates)
-    torch_s = sum(f / tr for _, f, _, tr in rates)
-    print(f"  all of them, weighted by the step's FLOPs: jax/torch {torch_s / jax_s:.2f}x "
-          f"(jax {jax_s * 1e3 / 1e9:.0f} ms, torch {torch_s * 1e3 / 1e9:.0f} ms per step)")
+    torch_last = torch_trainer(hf_model(), steps, batch, autocast=autocast)(steps)
+    tol = 2e-2 if autocast else 1e-3
+    assert abs(lab_last - torch_last) < tol, (precision, lab_last, torch_last)
+    return {"runs": runs, "lab_last": lab_last, "torch_last": torch_last,
+            "compile_s": compile_s}
 
 
 if __name__ == "__main__":

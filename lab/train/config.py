@@ -16,6 +16,7 @@ import optax
 
 SCHEDULES = ("cosine", "constant", "linear")
 OPTIMIZERS = ("adamw", "adam", "sgd")
+PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,11 @@ class TrainConfig:
     keep_checkpoints: how many checkpoints to keep.
     progress:         show a tqdm progress bar.
     b1, b2, eps:      Adam moments; ``momentum`` for SGD.
+    precision:        ``"float32"`` (the model computes as it is built) or ``"bfloat16"``:
+                      mixed precision, the ``nnx.Linear`` products in bfloat16 with float32
+                      accumulation while parameters, gradients, optimizer state and
+                      checkpoints stay float32 (see :mod:`lab.train.step`); the model's
+                      parameters must then be float32.
     """
 
     steps: int = 1000
@@ -62,6 +68,7 @@ class TrainConfig:
     b2: float = 0.999
     eps: float = 1e-8
     momentum: float = 0.0
+    precision: str = "float32"
 
     def __post_init__(self):
         def fail(name, expected):
@@ -93,6 +100,8 @@ class TrainConfig:
             fail("schedule", f"one of {SCHEDULES}")
         if self.optimizer not in OPTIMIZERS:
             fail("optimizer", f"one of {OPTIMIZERS}")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"one of {PRECISIONS}")
         if self.warmup_steps > self.steps:
             fail("warmup_steps", f"at most steps={self.steps}")
         if not isinstance(self.progress, bool):

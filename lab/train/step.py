@@ -12,10 +12,30 @@ micro-batches and runs them in a ``lax.scan``. Micro-batch gradients and metrics
 are averaged with weights ``metrics["loss_weight"]`` if the loss reports it,
 else ``metrics["tokens"]``, else 1, so that for a loss that is a mean over
 tokens (``sft_loss``) the accumulated gradient equals the full-batch gradient.
+
+Mixed precision (``TrainConfig.precision="bfloat16"``): the parameters and the
+optimizer state stay float32 (the master weights); inside the trace the step
+merges them into the model and makes that copy's ``nnx.Linear`` layers multiply
+through :class:`MixedMatmul` (:func:`use_mixed_matmul`): both operands rounded to
+bfloat16, products accumulated in float32, the result returned in the layer's own
+dtype; its backward computes the input and weight gradients the same way and
+hands them back in float32. Everything else (embeddings, norms, attention,
+softmax, the loss, the optimizer) runs as the model defines it, float32 for a
+float32 model. This is the split of Micikevicius et al. (2018, "Mixed Precision
+Training") and of ``torch.autocast`` (matmuls in low precision, float32 master
+weights), with the products' outputs left in float32 instead of rounded to
+bfloat16 (no loss scaling is needed: bfloat16 has float32's exponent range).
+
+Every product the matmul issues has the operand layouts XLA's CPU backend hands
+to its YNNPACK library in bfloat16 (``x [M, K] @ w [K, N]``, both row-major, float32
+result): the backward materialises ``x.T`` and ``w.T`` row-major
+(:func:`_row_major_transpose`). XLA upcasts a bfloat16 dot with any other operand
+layout to float32 (its ``operand_upcaster`` pass), which would lose the speed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -29,6 +49,89 @@ from lab.train.config import TrainConfig, make_optimizer, make_schedule
 COUNT_KEYS = ("tokens", "loss_weight")  # summed over micro-batches, not averaged
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _matmul(x: jax.Array, w: jax.Array, compute: str) -> jax.Array:
+    """``x [M, K] @ w [K, N]`` with operands in ``compute``, accumulated in float32."""
+    return jax.lax.dot(x.astype(compute), w.astype(compute), preferred_element_type=jnp.float32)
+
+
+def _matmul_fwd(x, w, compute):
+    xc, wc = x.astype(compute), w.astype(compute)
+    # Zero-size arrays carry the input dtypes to the backward (residuals must be arrays).
+    marks = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+    return jax.lax.dot(xc, wc, preferred_element_type=jnp.float32), (xc, wc, marks)
+
+
+def _row_major_transpose(a: jax.Array) -> jax.Array:
+    """``a.T`` materialised row-major. A plain ``a.T`` lowers to a column-major layout that
+    XLA folds into the dot (or keeps as the operand's layout), which its CPU backend then
+    runs in float32; the flattened copy behind an optimization barrier cannot be folded."""
+    flat = jax.lax.optimization_barrier(a.T.reshape(-1))
+    return flat.reshape(a.shape[1], a.shape[0])
+
+
+def _matmul_bwd(compute, res, g):
+    xc, wc, (x_mark, w_mark) = res
+    gc = g.astype(compute)
+    dx = jax.lax.dot(gc, _row_major_transpose(wc), preferred_element_type=jnp.float32)  # [M, K]
+    dw = jax.lax.dot(_row_major_transpose(xc), gc, preferred_element_type=jnp.float32)  # [K, N]
+    return dx.astype(x_mark.dtype), dw.astype(w_mark.dtype)
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedMatmul:
+    """A ``dot_general`` for ``nnx.Linear`` that multiplies in ``compute`` (e.g. bfloat16).
+
+    A Linear's contraction (``x [..., K]`` with ``w [K, N]``, no batch dimensions) runs
+    as one 2-D product through :func:`_matmul` (operands in ``compute``, float32
+    accumulation, the gradients likewise); any other contraction runs as
+    ``lax.dot_general`` on ``compute`` operands with float32 accumulation (and jax's
+    own gradient). The result has the dtype ``lax.dot_general`` would have given
+    (``preferred_element_type`` if set, else the operands' promoted dtype). Frozen,
+    so that it hashes by value inside a graph definition.
+    """
+
+    compute: str = "bfloat16"
+
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+                 preferred_element_type=None, out_sharding=None):
+        (lc, rc), (lb, rb) = dimension_numbers
+        out_dtype = preferred_element_type or jnp.result_type(lhs, rhs)
+        if (not lb and not rb and rhs.ndim == 2 and lhs.ndim >= 2 and out_sharding is None
+                and tuple(lc) == (lhs.ndim - 1,) and tuple(rc) == (0,)):
+            out = _matmul(lhs.reshape(-1, lhs.shape[-1]), rhs, self.compute)
+            out = out.reshape(*lhs.shape[:-1], rhs.shape[1])
+        else:
+            out = jax.lax.dot_general(lhs.astype(self.compute), rhs.astype(self.compute),
+                                      dimension_numbers, precision,
+                                      preferred_element_type=jnp.float32,
+                                      out_sharding=out_sharding)
+        return out.astype(out_dtype)
+
+
+def use_mixed_matmul(model: nnx.Module, compute: str = "bfloat16") -> nnx.Module:
+    """Makes every ``nnx.Linear`` of ``model`` multiply through :class:`MixedMatmul`
+    (``compute``), in place; returns ``model``. The parameters are not touched.
+
+    Raises ValueError if a Linear already has a custom ``dot_general``.
+    """
+    for path, module in nnx.iter_modules(model):
+        if isinstance(module, nnx.Linear):
+            if isinstance(module.dot_general, MixedMatmul):
+                module.dot_general = MixedMatmul(compute)
+            elif module.dot_general is not jax.lax.dot_general:
+                where = "/".join(map(str, path)) or "<root>"
+                raise ValueError(f"TrainConfig.precision={compute!r}: the nnx.Linear at {where} "
+                                 f"has its own dot_general {module.dot_general!r}; expected "
+                                 "jax.lax.dot_general")
+            else:
+                module.dot_general = MixedMatmul(compute)
+    return model
+
+
 def _micro_weight(metrics: dict) -> jax.Array:
     for key in ("loss_weight", "tokens"):
         if key in metrics:
@@ -36,7 +139,7 @@ def _micro_weight(metrics: dict) -> jax.Array:
     return jnp.float32(1.0)
 
 
-def _loss_and_state(graphdef, loss_fn, pass_rng):
+def _loss_and_state(graphdef, loss_fn, pass_rng, precision: str = "float32"):
     """Returns ``f(params, rest, batch, key) -> (loss, (metrics, new_rest))``."""
 
     def f(params, rest, batch, key):
@@ -44,6 +147,8 @@ def _loss_and_state(graphdef, loss_fn, pass_rng):
         # stream's count) a Variable created in an outer trace.
         rest = jax.tree.map(lambda x: x, rest)
         model = nnx.merge(graphdef, params, rest)
+        if precision != "float32":
+            use_mixed_matmul(model, precision)  # this traced copy only
         out = loss_fn(model, batch, rng=key) if pass_rng else loss_fn(model, batch)
         if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
             raise ValueError("loss_fn(model, batch) must return (loss, metrics_dict); got "
@@ -100,7 +205,8 @@ def compiled_step(graphdef, loss_fn: Callable, config: TrainConfig, pass_rng: bo
     """
     tx = make_optimizer(config)
     schedule = make_schedule(config)
-    grad_fn = jax.value_and_grad(_loss_and_state(graphdef, loss_fn, pass_rng), has_aux=True)
+    grad_fn = jax.value_and_grad(_loss_and_state(graphdef, loss_fn, pass_rng, config.precision),
+                                 has_aux=True)
 
     def step_fn(params, rest, opt_state, batch, step, key):
         step_key = jax.random.fold_in(key, step)

@@ -99,6 +99,8 @@ class Trainer:
         """
         cfg = self.config
         graphdef, params, rest = nnx.split(self.model, nnx.Param, ...)
+        if cfg.precision != "float32":
+            self._check_master_weights(params)
         # Own copies: the step donates its inputs, the caller's arrays stay alive.
         params, rest = jax.tree.map(jnp.copy, (params, rest))
         opt_state = make_optimizer(cfg).init(params)
@@ -158,6 +160,16 @@ class Trainer:
                 ckpt.close()
         nnx.update(self.model, params, rest)
         return self.model
+
+    def _check_master_weights(self, params) -> None:
+        """Mixed precision keeps float32 master weights: every float parameter must be one."""
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+            dtype = jnp.result_type(leaf)
+            if jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.float32:
+                raise ValueError(
+                    f"TrainConfig.precision={self.config.precision!r} keeps float32 master "
+                    f"weights, but the parameter {jax.tree_util.keystr(path)} is {dtype}; "
+                    "expected a model built in float32")
 
     def _check_resume(self, meta: dict, step: int) -> None:
         logging.info("Resuming from checkpoint step %d in %s", step, self.workdir)

@@ -24,14 +24,24 @@ def _equal(a, b) -> bool:
                                     for x, y in zip(a, b, strict=True))
 
 
+def _uninterrupted(tmp_path_factory, precision: str):
+    workdir = str(tmp_path_factory.mktemp(f"uninterrupted_{precision}"))
+    model = Trainer(train_job.build(), sft_loss, train_job.TRAIN.replace(precision=precision),
+                    workdir=workdir).fit(train_job.batch_fn)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return train_job.leaves(model), f.read()
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted run of train_job: (final params, metrics.jsonl text)."""
-    workdir = str(tmp_path_factory.mktemp("uninterrupted"))
-    model = Trainer(train_job.build(), sft_loss, train_job.TRAIN, workdir=workdir).fit(
-        train_job.batch_fn)
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return train_job.leaves(model), f.read()
+    return _uninterrupted(tmp_path_factory, "float32")
+
+
+@pytest.fixture(scope="module")
+def reference_bf16(tmp_path_factory):
+    """The same run under bfloat16 mixed precision."""
+    return _uninterrupted(tmp_path_factory, "bfloat16")
 
 
 def test_same_seed_gives_bitwise_equal_params(reference):
@@ -44,11 +54,19 @@ def test_same_seed_gives_bitwise_equal_params(reference):
     assert not _equal(train_job.leaves(a), init)  # it trained
 
 
-def test_sigkill_then_restart_resumes_exactly(reference, tmp_path):
-    """SIGKILL a training process after its first checkpoint; a restart ends bitwise equal."""
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_sigkill_then_restart_resumes_exactly(precision, request, tmp_path):
+    """SIGKILL a training process after its first checkpoint; a restart ends bitwise equal.
+
+    Under bfloat16 mixed precision too: the checkpoint holds the float32 master weights
+    and optimizer state, so the resumed run continues the same float32 numbers."""
+    reference = request.getfixturevalue("reference" if precision == "float32"
+                                        else "reference_bf16")
+    train = train_job.TRAIN.replace(precision=precision)
     workdir = str(tmp_path / "run")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.train.train_job", workdir, "0.25"],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.train.train_job", workdir, "0.25",
+                             precision],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     first = os.path.join(workdir, "checkpoints", "5")
@@ -64,8 +82,9 @@ def test_sigkill_then_restart_resumes_exactly(reference, tmp_path):
     assert not os.path.exists(os.path.join(workdir, "final.npz"))
 
     # Restart in the same workdir (in this process, where the step is already compiled).
-    trainer = Trainer(train_job.build(), sft_loss, train_job.TRAIN, workdir=workdir)
+    trainer = Trainer(train_job.build(), sft_loss, train, workdir=workdir)
     model = trainer.fit(train_job.batch_fn)
+    assert all(x.dtype == np.float32 for x in train_job.leaves(model))
     assert _equal(train_job.leaves(model), reference[0])
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         text = f.read()
@@ -170,7 +189,8 @@ def json_lines(text: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("field,value", [("optimizer", "lion"), ("schedule", "exponential"),
-                                         ("learning_rate", -1e-3), ("grad_accum", 0)])
+                                         ("learning_rate", -1e-3), ("grad_accum", 0),
+                                         ("precision", "float16")])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"TrainConfig.{field}"):
         TrainConfig(**{field: value})
