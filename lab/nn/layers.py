@@ -52,18 +52,20 @@ class Fused(nnx.Module):
     ``kernel`` and ``bias`` are given (built from their parts' initialisations).
     """
 
-    def __init__(self, kernel: jax.Array, bias: jax.Array | None = None, *, dtype):
+    def __init__(self, kernel: jax.Array, bias: jax.Array | None = None, *, dtype,
+                 dot_general=jax.lax.dot_general):
         self.kernel = nnx.Param(kernel)
         self.bias = nnx.Param(bias) if bias is not None else nnx.data(None)
         self.dtype = dtype
+        self.dot_general = dot_general  # as nnx.Linear's (mixed precision swaps it)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.kernel[...]
         d, out = kernel.shape[0], kernel.shape[1:]
         # One 2-D matmul on [B*T, D] x [D, prod(out)]: XLA's CPU backward of a batched
-        # dot_general is about twice as slow as a plain 2-D one (benchmarks/train.py).
-        y = jnp.dot(x.reshape(-1, d).astype(self.dtype),
-                    kernel.reshape(d, -1).astype(self.dtype))
+        # dot_general is about twice as slow as a plain 2-D one (docs/benchmarks.md).
+        y = self.dot_general(x.reshape(-1, d).astype(self.dtype),
+                             kernel.reshape(d, -1).astype(self.dtype), (((1,), (0,)), ((), ())))
         y = y.reshape(*x.shape[:-1], *out)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)

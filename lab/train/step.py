@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from lab.nn import Fused
 from lab.train.config import TrainConfig, make_optimizer, make_schedule
 
 COUNT_KEYS = ("tokens", "loss_weight")  # summed over micro-batches, not averaged
@@ -113,13 +114,14 @@ class MixedMatmul:
 
 
 def use_mixed_matmul(model: nnx.Module, compute: str = "bfloat16") -> nnx.Module:
-    """Makes every ``nnx.Linear`` of ``model`` multiply through :class:`MixedMatmul`
-    (``compute``), in place; returns ``model``. The parameters are not touched.
+    """Makes every ``nnx.Linear`` and :class:`lab.nn.Fused` projection of ``model``
+    multiply through :class:`MixedMatmul` (``compute``), in place; returns ``model``.
+    The parameters are not touched.
 
     Raises ValueError if a Linear already has a custom ``dot_general``.
     """
     for path, module in nnx.iter_modules(model):
-        if isinstance(module, nnx.Linear):
+        if isinstance(module, (nnx.Linear, Fused)):
             if isinstance(module.dot_general, MixedMatmul):
                 module.dot_general = MixedMatmul(compute)
             elif module.dot_general is not jax.lax.dot_general:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lab.nn import Transformer, TransformerConfig
+from lab.nn import Fused, Transformer, TransformerConfig
 from lab.train import TrainConfig, Trainer, make_optimizer, sft_loss
 from lab.train.step import MixedMatmul, compiled_step, step_config, use_mixed_matmul
 from tests.train import train_job
@@ -84,14 +84,15 @@ def _dots(config: TrainConfig):
                       jax.random.key(0)).as_text()
     sigs = re.findall(r"stablehlo\.dot_general[^\n]*: \(tensor<[0-9x]*x(\w+)>, "
                       r"tensor<[0-9x]*x(\w+)>\) -> tensor<[0-9x]*x(\w+)>", text)
-    n_linear = sum(isinstance(m, nnx.Linear) for _, m in nnx.iter_modules(model))
+    n_linear = sum(isinstance(m, (nnx.Linear, Fused)) for _, m in nnx.iter_modules(model))
     return sigs, n_linear
 
 
 def test_bfloat16_step_runs_every_linear_product_in_bf16_with_f32_accumulation():
     sigs, n_linear = _dots(train_job.TRAIN.replace(precision="bfloat16"))
     bf16 = [s for s in sigs if s[0] == "bf16"]
-    # Forward, input gradient and weight gradient of each Linear: bf16 x bf16 -> f32.
+    # Forward, input gradient and weight gradient of each projection (Linear, fused
+    # q/k/v and gate/up): bf16 x bf16 -> f32.
     assert n_linear > 0 and len(bf16) == 3 * n_linear
     assert set(bf16) == {("bf16", "bf16", "f32")}
     # The rest (attention, the tied embedding's logits) stays float32.
