@@ -292,3 +292,16 @@ def test_entries_written_before_fusion_load_with_the_same_logits(cache):
     loaded = model_from_flat(c, old)
     x = np.arange(12, dtype=np.int32)[None] % c.vocab_size
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
+
+
+def test_bfloat16_training_is_a_zoo_option_with_its_own_key():
+    # The zoo trains with TrainConfig's fields, so precision="bfloat16" (float32 master
+    # weights) is a recipe override; it changes the weights, so it changes the digest.
+    import dataclasses
+
+    from lab.train import TrainConfig
+
+    bf16 = dataclasses.replace(TINY, train={**TINY.train, "precision": "bfloat16"})
+    assert TrainConfig.from_dict(bf16.train).precision == "bfloat16"
+    assert bf16.digest() != TINY.digest()
+    assert zoo_spec.train_recipe(10, 1e-3, precision="bfloat16")["precision"] == "bfloat16"
