@@ -35,7 +35,11 @@ NEG_INF = -1e30
 class Stats(NamedTuple):
     """What prefill measured, for the policy to score with (None unless a policy needs it).
 
-    lengths:         ``[B]`` int32 prompt length per row (the cache holds slots
+    During decoding (``compress_every``) the "prompt queries" are the queries of the
+    tokens generated since the last compression, and ``attn_colsum`` their attention.
+
+    lengths:         ``[B]`` int32 tokens seen per row, the next position (after a
+                     prompt: its length; the cache then holds slots
                      ``0..lengths[b]-1`` of row ``b`` at their positions).
     attn_colsum:     ``[L, B, H, C]`` float32 attention probabilities summed over
                      the row's prompt queries (padding queries contribute 0):
