@@ -43,3 +43,37 @@ def test_bad_config_fails_before_work(tmp_path):
     with pytest.raises(ValueError, match="seq_len=8"):
         gpa.run(c, str(tmp_path))
     assert not (tmp_path / "results.json").exists()
+
+
+def _rows(gpa=None, **others):
+    """Per-sampler rows where GPA wins every claim, with ``gpa`` fields overridden."""
+    base = {"true_activity_a": 0.2, "objective_mean": 1.0, "kmer_js": 0.05,
+            "audit_activity_a": 0.2, "true_specificity": 1.0}
+    names = ["prior (AR, no search)", "best-of-N (AR)", "gradient editing",
+             "simulated annealing"]
+    rows = [{"sampler": n, **base, **others.get(n, {})} for n in names]
+    win = {"true_activity_a": 3.0, "objective_mean": 2.0, "kmer_js": 0.01,
+           "audit_activity_a": 3.0, "true_specificity": 2.0}
+    return [{"sampler": "GPA (AR, MH)", **win, **(gpa or {})}, *rows]
+
+
+def test_claim_rules_hold_and_fail_on_fabricated_results():
+    from experiments.gpa import claim_rules
+
+    big = [{"particles": 4096, "seconds": 10.0}]
+    spec = [{"sampler": "GPA (AR, MH)", "true_specificity": 5.0}]
+    assert [c["holds"] for c in claim_rules(_rows(), big, spec)] == [True] * 6
+    # each rule fails on its own counter-example
+    fails = [
+        _rows({"true_activity_a": 0.6}),                    # +0.4 over the prior, not +0.5
+        _rows({"objective_mean": 0.9}),                     # below best-of-N
+        _rows(None, **{"gradient editing": {"kmer_js": 0.005}}),  # less natural than an edit
+        _rows({"audit_activity_a": 0.6}),                   # the audit oracle disagrees
+    ]
+    for i, rows in enumerate(fails):
+        holds = [c["holds"] for c in claim_rules(rows, big, spec)]
+        assert holds == [j != i for j in range(6)], (i, holds)
+    assert not claim_rules(_rows(), [{"particles": 1024, "seconds": 1.0}], spec)[4]["holds"]
+    low = [{"sampler": "GPA (AR, MH)", "true_specificity": 1.5}]   # below the activity run's 2.0
+    assert not claim_rules(_rows(), big, low)[5]["holds"]
+    assert len(claim_rules(_rows(), big)) == 5
