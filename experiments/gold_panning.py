@@ -230,6 +230,44 @@ def check_config(config):
     return config
 
 
+def claim_rules(c, n: int, match_real: dict, match_sim: dict, fit: dict, acc: dict
+                ) -> list[dict]:
+    """The paper's claims decided on the measured numbers: ``match_*`` from
+    :func:`queries_to_match` (real LM at ``n`` documents; simulated LM per N), ``fit`` the
+    log-law fit of rounds, ``acc`` the matched / mismatched accuracies at the top budget
+    and ``mismatch_profile_signal``; thresholds from ``c.claims`` and ``c.sim``."""
+    m_ref, tol, top = c.claims.psc_m, c.claims.f1_tol, max(c.budgets)
+
+    def above_chance(value, n_docs, trials):  # two binomial standard errors above 1/N
+        p = 1.0 / n_docs
+        return value > p + 2 * np.sqrt(p * (1 - p) / trials)
+
+    def beats(m, n_docs, trials):  # testable only when PSC is clearly better than guessing
+        return (above_chance(m["psc_f1"], n_docs, trials) and m["gp_queries"] is not None
+                and m["saving"] >= c.claims.min_saving)
+
+    claims = [
+        claim(f"GOLD PANNING reaches PSC's F1 (m={m_ref}, within {tol}) with at least "
+              f"{c.claims.min_saving:.0%} fewer queries on the real LM at N={n} (PSC must "
+              "beat chance 1/N by 2 standard errors)",
+              "queries to reach PSC's F1", match_real, beats(match_real, n, c.n_eval)),
+        claim("... and on the simulated LM (profile resized to N) at every N",
+              "queries to reach PSC's F1 per N", match_sim,
+              all(beats(m, ns, c.sim.n_trials) for ns, m in match_sim.items())),
+        claim(f"rounds grow like log N (fit a + b ln N, b > 0, R^2 >= {c.claims.log_r2})",
+              "fit", fit, fit["b"] > 0 and fit["r2"] >= c.claims.log_r2),
+        claim(f"calibration mismatch: accuracy with the other LM's profile within "
+              f"{c.claims.mismatch_gap} of the matched profile (real LM, budget {top}; the "
+              f"matched accuracy must beat chance 1/N by 2 standard errors, and the other "
+              f"profile carry signal, max TPR - FPR >= {c.sim.min_signal})",
+              "accuracy matched / mismatched", acc,
+              above_chance(acc["gold_panning"], n, c.n_eval)
+              and acc["mismatch_profile_signal"] >= c.sim.min_signal
+              and acc["gold_panning_mismatch"] >= acc["gold_panning"] - c.claims.mismatch_gap),
+    ]
+    return claims
+
+
 def run(config, workdir: str) -> dict:
     """Runs the experiment; writes ``results.json``, ``report.md`` and plots; returns results."""
     c = check_config(config)
@@ -270,36 +308,9 @@ def run(config, workdir: str) -> dict:
     m_ref, tol = c.claims.psc_m, c.claims.f1_tol
     match_real = queries_to_match(real, m_ref, tol)
     match_sim = {ns: queries_to_match(sim[ns], m_ref, tol) for ns in c.sim.ns}
-    top = max(c.budgets)
     acc = {k: real[k][-1]["accuracy"] for k in ("gold_panning", "gold_panning_mismatch")}
     acc["mismatch_profile_signal"] = float(gp.diagnosticity(prof_mm).max())
-    def above_chance(value, n_docs, trials):  # two binomial standard errors above 1/N
-        p = 1.0 / n_docs
-        return value > p + 2 * np.sqrt(p * (1 - p) / trials)
-
-    def beats(m, n_docs, trials):  # testable only when PSC is clearly better than guessing
-        return (above_chance(m["psc_f1"], n_docs, trials) and m["gp_queries"] is not None
-                and m["saving"] >= c.claims.min_saving)
-
-    claims = [
-        claim(f"GOLD PANNING reaches PSC's F1 (m={m_ref}, within {tol}) with at least "
-              f"{c.claims.min_saving:.0%} fewer queries on the real LM at N={n} (PSC must "
-              "beat chance 1/N by 2 standard errors)",
-              "queries to reach PSC's F1", match_real, beats(match_real, n, c.n_eval)),
-        claim("... and on the simulated LM (profile resized to N) at every N",
-              "queries to reach PSC's F1 per N", match_sim,
-              all(beats(m, ns, c.sim.n_trials) for ns, m in match_sim.items())),
-        claim(f"rounds grow like log N (fit a + b ln N, b > 0, R^2 >= {c.claims.log_r2})",
-              "fit", fit, fit["b"] > 0 and fit["r2"] >= c.claims.log_r2),
-        claim(f"calibration mismatch: accuracy with the other LM's profile within "
-              f"{c.claims.mismatch_gap} of the matched profile (real LM, budget {top}; the "
-              f"matched accuracy must beat chance 1/N by 2 standard errors, and the other "
-              f"profile carry signal, max TPR - FPR >= {c.sim.min_signal})",
-              "accuracy matched / mismatched", acc,
-              above_chance(acc["gold_panning"], n, c.n_eval)
-              and acc["mismatch_profile_signal"] >= c.sim.min_signal
-              and acc["gold_panning_mismatch"] >= acc["gold_panning"] - c.claims.mismatch_gap),
-    ]
+    claims = claim_rules(c, n, match_real, match_sim, fit, acc)
     results = {
         "profile": {"tpr": prof.tpr, "fpr": prof.fpr},
         "profile_mismatch": {"tpr": prof_mm.tpr, "fpr": prof_mm.fpr},

@@ -172,7 +172,9 @@ def run_gpu(config) -> list[dict]:
     return rows
 
 
-def _claims(tax, fmts, searches, sweep, gpu) -> list[dict]:
+def claim_rules(tax, fmts, searches, sweep, gpu) -> list[dict]:
+    """The paper's claims decided on the measured taxonomy, formats, searches, budget sweep
+    and GPU timings (a GPU claim without a measurement does not hold)."""
     ran = [r for r in tax if r["interpret"] != "skip"]
     n_pass = sum(r["interpret"] == "pass" for r in ran)
     low = [r for r in tax if r["lowering"] in ("pass", "fail")]
@@ -235,7 +237,7 @@ def run(config, workdir: str) -> dict:
     results = {"taxonomy": tax, "formats": fmts, "searches": searches, "budget_sweep": sweep,
                "gpu": gpu, "device": f"{jax.devices()[0].platform}:"
                f"{jax.devices()[0].device_kind}", "seconds": time.time() - started}
-    results["claims"] = _claims(tax, fmts, searches, sweep, gpu)
+    results["claims"] = claim_rules(tax, fmts, searches, sweep, gpu)
     plots = [_plot(sweep, workdir)] if sweep and sweep[0]["best_cost_s"] else []
     search_cols = ["op", "shape", "dtype", "target", "cost", "tried", "passed", "best_cost_s",
                    "speedup_vs_unoptimised", "speedup_vs_xla", "best_strategies"]

@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 # Before XLA's CPU threads first allocate; a no-op unless LAB_MALLOC=tuned (see lab.host).
 MALLOC_TUNED = host.tune_malloc()
 
-_SUBMODULES = ("config", "configs", "console", "data", "hf", "infer", "launch", "methods", "nn",
-               "outputs", "parallel", "train", "zoo", "atomic")
+_SUBMODULES = ("atomic", "config", "console", "data", "hf", "infer", "launch", "methods", "nn",
+               "outputs", "parallel", "train", "zoo")
 _ATTRS = {"load_model": "lab.zoo"}
 
 

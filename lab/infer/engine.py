@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import NamedTuple
 
 import jax
@@ -482,14 +483,13 @@ def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, **kwargs
     compiler's buffer assignment, so they are exact for the compiled program on
     this backend and cost a compile, not a run.
     """
-    plan_keys = ("policy", "ratio", "budget", "compress_every", "lengths", "pad_id",
-                 "capacity", "question_lengths", "return_cache")
-    plan_kwargs = {"policy": "full", "ratio": 0.0, "budget": None, "compress_every": None,
-                   "lengths": None, "pad_id": 0, "capacity": None, "question_lengths": None,
-                   "return_cache": False}
-    plan_kwargs.update({k: v for k, v in kwargs.items() if k in plan_keys})
-    rest = {k: v for k, v in kwargs.items() if k not in plan_keys}
-    args, static = _generate_call(model, tokens, max_new_tokens, None, rest, **plan_kwargs)
+    # generate's own defaults, so the analysed program is the one generate would run.
+    bound = inspect.signature(generate).bind(model, tokens, max_new_tokens=max_new_tokens,
+                                             **kwargs)
+    bound.apply_defaults()
+    a = dict(bound.arguments)
+    args, static = _generate_call(a.pop("model"), a.pop("tokens"), a.pop("max_new_tokens"),
+                                  a.pop("options"), a.pop("kwargs"), **a)
     stats = _generate_jit.lower(*args, **static).compile().memory_analysis()
     return {"arguments": int(stats.argument_size_in_bytes),
             "outputs": int(stats.output_size_in_bytes),

@@ -156,3 +156,29 @@ def test_simulated_query_matches_lm_interface():
     q = gp.simulated_query(prof, np.array([2, 0]))
     obs = q(np.array([0, 1]), np.array([[2, 0, 1], [1, 2, 0]]))
     assert obs.tolist() == [0, 2]  # the position holding each row's gold document
+
+
+def test_claim_rules_hold_and_fail_on_fabricated_results():
+    c = get_config("test")
+    good = {"psc_f1": 0.9, "psc_queries": 8, "gp_queries": 3.0, "saving": 0.625}
+    sims = {ns: dict(good) for ns in c.sim.ns}
+    fit = {"a": 1.0, "b": 0.5, "r2": 0.95}
+    acc = {"gold_panning": 0.9, "gold_panning_mismatch": 0.9 - c.claims.mismatch_gap / 2,
+           "mismatch_profile_signal": c.sim.min_signal + 0.1}
+
+    def holds(**change):
+        args = {"match_real": good, "match_sim": sims, "fit": fit, "acc": acc, **change}
+        return [x["holds"] for x in gold_panning.claim_rules(c, 16, **args)]
+
+    assert holds() == [True] * 4
+    few = {**good, "saving": c.claims.min_saving / 2}                  # too small a saving
+    assert holds(match_real=few) == [False, True, True, True]
+    assert holds(match_real={**good, "gp_queries": None}) == [False, True, True, True]
+    assert holds(match_real={**good, "psc_f1": 1 / 16}) == [False, True, True, True]  # chance
+    assert holds(match_sim={**sims, c.sim.ns[0]: few}) == [True, False, True, True]
+    assert holds(fit={**fit, "b": -0.1}) == [True, True, False, True]
+    assert holds(fit={**fit, "r2": c.claims.log_r2 - 0.1}) == [True, True, False, True]
+    worse = {**acc, "gold_panning_mismatch": 0.9 - 2 * c.claims.mismatch_gap}
+    assert holds(acc=worse) == [True, True, True, False]
+    flat = {**acc, "mismatch_profile_signal": c.sim.min_signal / 2}   # no signal to mismatch
+    assert holds(acc=flat) == [True, True, True, False]

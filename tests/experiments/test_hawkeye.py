@@ -45,3 +45,26 @@ def test_bad_config_fails_before_work(tmp_path):
     with pytest.raises(ValueError, match="target='volta'"):
         exp.run(c, str(tmp_path))
     assert not os.path.exists(tmp_path / "results.json")
+
+
+def test_claim_rules_hold_and_fail_on_fabricated_results():
+    tax = [{"interpret": "pass", "lowering": "pass"}, {"interpret": "skip", "lowering": "skip"}]
+    fmts = [{"bit_exact_vs_numpy": True, "scaled_matmul_vs_dequant_ref": 1e-7}] * 2
+    searches = [{"passed": 3}]
+    sweep = [{"best_cost_s": 2.0}, {"best_cost_s": 1.0}]
+    gpu = [{"status": "measured", "speedup_vs_xla": 1.1}]
+
+    def holds(**change):
+        args = {"tax": tax, "fmts": fmts, "searches": searches, "sweep": sweep, "gpu": gpu,
+                **change}
+        return [c["holds"] for c in exp.claim_rules(**args)]
+
+    assert holds() == [True] * 6
+    assert holds(tax=[{"interpret": "fail", "lowering": "pass"}]) == [False] + [True] * 5
+    assert holds(tax=[{"interpret": "pass", "lowering": "fail"}]) == [True, False] + [True] * 4
+    bad_fmt = [{"bit_exact_vs_numpy": False, "scaled_matmul_vs_dequant_ref": 1e-3}]
+    assert holds(fmts=bad_fmt) == [True, True, False, False, True, True]
+    assert holds(sweep=[{"best_cost_s": 1.0}, {"best_cost_s": 2.0}])[4] is False
+    assert holds(searches=[{"passed": 0}])[4] is False
+    assert holds(gpu=[{"status": "measured", "speedup_vs_xla": 0.5}])[5] is False
+    assert holds(gpu=[{"status": "no gpu"}])[5] is False
