@@ -11,12 +11,16 @@ under a progress bar. A failing experiment is logged with its traceback
 experiment, each marked informative or not by its run's regime checks
 (``results["regime"]``, :func:`lab.outputs.regime`: a claim of a run whose regime
 fails is not informative, one of a run that states none is unchecked), then the
-regime checks, a status table (experiment, status, seconds), then each
+regime checks, a status table (experiment, status, seconds), a models table (each zoo
+model an experiment loaded: shipped with Lab, cached on this host or trained in this
+run, its stored dtype, its training seconds and the host that trained it), then each
 experiment's report with its image links rewritten to ``<name>/<png>``;
 ``workdir/results.json`` summarises the same. Numbers print with three significant
 digits. With ``--results_doc=docs/results.md`` it also writes that page
-(:mod:`experiments.results_doc`). The process exits with status 1 when any
-experiment failed (after writing the report).
+(:mod:`experiments.results_doc`). ``--retrain`` trains every zoo model from scratch
+(``LAB_ZOO=train``, :mod:`lab.zoo`) instead of using the shipped or cached weights: the
+full reproduction, with each model's training time in the models table. The process
+exits with status 1 when any experiment failed (after writing the report).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from experiments import results_doc
-from lab import console
+from lab import console, zoo
 from lab.config import check_preset
 from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
 
@@ -106,6 +110,8 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
     out.append(markdown_table([{"experiment": e["name"], "status": e["status"],
                                 "seconds": round(e["seconds"], 1),
                                 "error": e.get("error", "")} for e in entries]))
+    out.append("\n## Models\n")
+    out.append(models_table(entries))
     for e in entries:
         out.append("\n---\n")
         path = os.path.join(workdir, e["name"], "report.md")
@@ -118,20 +124,70 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
     return "\n".join(out) + "\n"
 
 
+SOURCE_WORDS = {"shipped": "shipped with Lab", "cached": "cached on this host",
+                "trained": "trained in this run"}
+
+
+def models_table(entries: Sequence[dict]) -> str:
+    """Markdown table of the zoo models each experiment loaded (``entry["models"]``), with
+    the total training seconds of this run."""
+    rows = [{"experiment": e["name"], "model": m["key"], "source": SOURCE_WORDS[m["source"]],
+             "stored": m["stored_dtype"],
+             "training seconds": "" if m["train_seconds"] is None else round(m["train_seconds"]),
+             "trained on": m["trained_on"] or "not recorded", "note": "; ".join(m["notes"])}
+            for e in entries for m in e.get("models", [])]
+    if not rows:
+        return "(no experiment loaded a zoo model)\n"
+    here = {m["key"]: m["train_seconds"] or 0 for e in entries for m in e.get("models", [])
+            if m["source"] == "trained"}
+    return (markdown_table(rows) + f"\nZoo training in this run: {len(here)} models, "
+            f"{sum(here.values()):.0f} s (included in their experiments' seconds above).\n")
+
+
+def _models_since(start: int) -> list[dict]:
+    """The zoo loads since ``start`` (an index into :func:`lab.zoo.loads`), one per key."""
+    seen, out = set(), []
+    for r in zoo.loads()[start:]:
+        if r["key"] not in seen:
+            seen.add(r["key"])
+            out.append({k: r[k] for k in ("name", "key", "source", "stored_dtype",
+                                          "train_seconds", "trained_on", "notes")})
+    return out
+
+
 def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
-            only: Sequence[str] | None = None, results_doc_path: str = "") -> dict:
+            only: Sequence[str] | None = None, results_doc_path: str = "",
+            retrain: bool = False) -> dict:
     """Runs the experiments (all, or those in ``only``) and writes the combined outputs.
 
     ``results_doc_path`` (when not empty): also write that markdown page from every
-    experiment's ``results.json`` (:func:`experiments.results_doc.write`).
+    experiment's ``results.json`` (:func:`experiments.results_doc.write`). ``retrain``:
+    train every zoo model from scratch (``LAB_ZOO=train`` for the run) instead of loading
+    shipped or cached weights.
 
     Returns:
-      ``{"preset", "experiments": [{"name", "status", "seconds", "claims", "regime",
-      "informative", "error"?}], "claims_held", "claims_total", "claims_informative",
-      "claims_informative_held", "failed": [names]}`` (also ``workdir/results.json``);
-      ``informative`` is True / False / None (regime holds / fails / not stated).
+      ``{"preset", "retrain", "experiments": [{"name", "status", "seconds", "claims",
+      "regime", "informative", "models", "error"?}], "claims_held", "claims_total",
+      "claims_informative", "claims_informative_held", "failed": [names]}`` (also
+      ``workdir/results.json``);
+      ``informative`` is True / False / None (regime holds / fails / not stated);
+      ``models`` lists the zoo models the experiment loaded and where each came from.
     """
     preset = check_preset(preset)
+    previous = os.environ.get(zoo.SOURCE_ENV)
+    if retrain:
+        os.environ[zoo.SOURCE_ENV] = "train"
+    try:
+        return _run_all(preset, workdir, only, results_doc_path, retrain)
+    finally:
+        if retrain:
+            if previous is None:
+                os.environ.pop(zoo.SOURCE_ENV, None)
+            else:
+                os.environ[zoo.SOURCE_ENV] = previous
+
+
+def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
     names = discover()
     if only:
         unknown = sorted(set(only) - set(names))
@@ -146,7 +202,7 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
         bar.set_postfix_str(name)
         logging.info("reproduce: %s (%d of %d) into %s", name, i + 1, len(names),
                      os.path.join(workdir, name))
-        t0 = time.time()
+        t0, loaded = time.time(), len(zoo.loads())
         entry = {"name": name}
         try:
             get_config, run = load(name)
@@ -160,6 +216,7 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
             entry.update(status="failed", claims=[], regime=[],
                          error=f"{type(e).__name__}: {e}")
         entry["seconds"] = time.time() - t0
+        entry["models"] = _models_since(loaded)
         entry["informative"] = regime_holds(entry)
         entries.append(entry)
         logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name, entry["status"],
@@ -167,6 +224,7 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
                      len(entry["claims"]))
     summary = {
         "preset": preset,
+        "retrain": retrain,
         "experiments": entries,
         "claims_held": sum(c["holds"] for e in entries for c in e["claims"]),
         "claims_total": sum(len(e["claims"]) for e in entries),
@@ -188,12 +246,16 @@ _ONLY = flags.DEFINE_list("only", None, "Comma-separated experiment names (defau
 _RESULTS_DOC = flags.DEFINE_string(
     "results_doc", "", "Also write this markdown page (e.g. docs/results.md) from the runs' "
     "results.json files; empty: do not.")
+_RETRAIN = flags.DEFINE_bool(
+    "retrain", False, "Train every zoo model from scratch (the full reproduction) instead of "
+    "using the shipped or cached weights.")
 
 
 def main(argv):
     del argv
     console.quiet_third_party_logs()
-    summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value, _RESULTS_DOC.value)
+    summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value, _RESULTS_DOC.value,
+                      retrain=_RETRAIN.value)
     logging.info("reproduce: %d of %d claims hold; %s", summary["claims_held"],
                  summary["claims_total"], os.path.join(_WORKDIR.value, "report.md"))
     if summary["failed"]:

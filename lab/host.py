@@ -1,4 +1,5 @@
-"""The host process's memory allocator, set for XLA's CPU runtime.
+"""The host: a short description of it (:func:`describe`), and the process's memory
+allocator, set for XLA's CPU runtime.
 
 XLA's CPU runtime allocates an executable's large buffers (activations, logits,
 attention matrices) anew on every call. glibc's ``malloc`` serves a request above
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import sys
 
 ENV = "LAB_MALLOC"
@@ -48,3 +50,28 @@ def tune_malloc() -> bool:
     if not hasattr(libc, "gnu_get_libc_version"):
         return False
     return all(libc.mallopt(param, value) == 1 for param, value in _SETTINGS)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s ``model name``, else
+    :func:`platform.processor`, else ``"unknown"``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def describe() -> dict:
+    """What a trained model or a timing depends on: ``{"cpu", "cores", "system", "machine",
+    "python", "jax", "backend", "devices"}`` (the JAX backend and its device kinds)."""
+    import jax  # only when asked: importing lab must stay cheap
+
+    devices = jax.devices()
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "system": platform.system(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "devices": sorted({d.device_kind for d in devices}), "n_devices": len(devices)}

@@ -1,11 +1,26 @@
-"""Named small LMs that Lab trains on its synthetic tasks on first use and caches.
+"""Named small LMs that Lab ships trained, or trains on its synthetic tasks on first use.
 
-``zoo.load("lm-s") -> (model, tokenizer)``; ``zoo.list()`` names them;
-``zoo.load_spec(ZooSpec(...))`` trains and caches a method's own model
-(``zoo.spec_from_config`` builds one from a launcher's ``config.zoo`` block);
-``zoo.load_model(name_or_dir)`` takes a zoo name or a Hugging Face checkpoint directory.
-Entries live under ``$LAB_CACHE/zoo`` (default ``~/.cache/lab/zoo``), keyed
-by ``<name>-<digest of the spec>`` (:mod:`lab.zoo.spec`, :mod:`lab.zoo.store`).
+``zoo.load("lm-xs-long") -> (model, tokenizer)``; ``zoo.list()`` names them and says
+where each would come from; ``zoo.load_spec(ZooSpec(...))`` loads or trains a method's
+own model (``zoo.spec_from_config`` builds one from a launcher's ``config.zoo``
+block); ``zoo.load_model(name_or_dir)`` takes a zoo name or a Hugging Face checkpoint
+directory.
+
+Where the weights come from (``source=``, or ``$LAB_ZOO``; default ``"auto"``):
+
+- ``"auto"``: the entry shipped with Lab (``lab/zoo/weights``) when its key (the spec's
+  digest) matches and its checksums verify, else the cache of this host
+  (``$LAB_CACHE/zoo``, default ``~/.cache/lab/zoo``), else training (cached after);
+- ``"shipped"``: the shipped entry only (ValueError when there is none for the spec);
+- ``"cache"``: the cache, else training; shipped weights are ignored;
+- ``"train"``: train from scratch (its base too), once per process, into the cache.
+
+A shipped entry of another key than the spec's (a recipe changed without its weights
+being re-shipped) or a corrupt one is reported with a warning, and the cache or
+training takes over. Every load is recorded in :func:`loads` (where the model came
+from, its training time and host), which ``experiments.reproduce`` reports.
+Entries are keyed by ``<name>-<digest of the spec>`` (:mod:`lab.zoo.spec`,
+:mod:`lab.zoo.store`); ``python -m lab.zoo.ship`` writes the shipped ones.
 """
 
 from __future__ import annotations
@@ -24,21 +39,48 @@ from lab.zoo.store import (
     METRICS_FILE,
     CorruptEntry,
     cache_root,
+    entry_keys,
     entry_lock,
     quarantine,
     read_entry,
+    shipped_dir,
     write_entry,
     zoo_dir,
 )
 
+SOURCES = ("auto", "shipped", "cache", "train")
+SOURCE_ENV = "LAB_ZOO"
 # How many times this process trained each entry (tests check that a cached load does not).
 TRAININGS: collections.Counter = collections.Counter()
 ON_CORRUPT = ("retrain", "raise")
 
 
-def list() -> dict[str, str]:  # noqa: A001 - the issue's name, ``zoo.list()``
-    """``{name: description}`` of the named models."""
-    return {name: spec.description for name, spec in NAMED.items()}
+def resolve_source(source: str | None = None) -> str:
+    """``source``, else ``$LAB_ZOO``, else ``"auto"``; ValueError for anything not in
+    :data:`SOURCES`."""
+    value = source if source is not None else (os.environ.get(SOURCE_ENV) or "auto")
+    if value not in SOURCES:
+        where = "source" if source is not None else SOURCE_ENV
+        raise ValueError(f"{where}={value!r}; expected one of {SOURCES}")
+    return value
+
+
+def list(source: str | None = None) -> dict[str, dict]:  # noqa: A001 - the issue's name
+    """``{name: {"description", "key", "source"}}`` of the named models, where ``source`` is
+    where :func:`load` would take it from now: ``"shipped"``, ``"cached"`` or ``"train"``
+    (nothing verified yet: a corrupt entry is found at load time)."""
+    source = resolve_source(source)
+    out = {}
+    for name, spec in NAMED.items():
+        key = spec.key
+        if source in ("auto", "shipped") and key in entry_keys(shipped_dir(), name):
+            where = "shipped"
+        elif source in ("auto", "cache") and key in entry_keys(zoo_dir(), name):
+            where = "cached"
+        else:
+            where = "train"
+        out[name] = {"description": spec.description, "key": key, "source": where}
+    return out
 
 
 def get_spec(name: str) -> ZooSpec:
@@ -53,18 +95,57 @@ def entry_path(spec: ZooSpec | str) -> str:
     return os.path.join(zoo_dir(), spec.key)
 
 
-def _read(spec: ZooSpec):
-    model, metrics = read_entry(spec.key, spec.model, spec.digest())
-    return model, metrics
+# Every load of this process, in order (``loads()``).
+_LOADS: list[dict] = []
 
 
-def load_spec(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = True):
-    """Returns ``(model, tokenizer)`` for ``spec``, training and caching it if needed.
+def loads() -> list[dict]:
+    """Every zoo load of this process, in order: ``{"name", "key", "source"`` (``"shipped"``,
+    ``"cached"`` or ``"trained"`` here), ``"path"``, ``"train_seconds"`` (the recorded
+    training's wall seconds; measured now for ``"trained"``), ``"trained_on"`` (the CPU of
+    the host that trained it, when recorded), ``"stored_dtype"``, ``"notes"``
+    (why a shipped entry was passed over)}``."""
+    return [dict(r) for r in _LOADS]
 
-    A cached entry is verified (checksums, parameter names and shapes, digest)
-    before use. ``on_corrupt="retrain"`` moves a corrupt entry aside
-    (``<entry>.corrupt-<ms>``) and retrains; ``"raise"`` raises
-    :class:`CorruptEntry` naming the entry and the problem.
+
+def _record(spec: ZooSpec, source: str, path: str, metrics: dict, notes: list[str]) -> None:
+    host = metrics.get("host") or {}
+    _LOADS.append({"name": spec.name, "key": spec.key, "source": source, "path": path,
+                   "train_seconds": (metrics.get("seconds") or {}).get("train"),
+                   "trained_on": host.get("cpu"),
+                   "stored_dtype": (metrics.get("shipped") or {}).get("dtype", "float32"),
+                   "notes": notes[:]})
+
+
+def _shipped(spec: ZooSpec, notes: list[str]):
+    """``(model, metrics)`` of the shipped entry of ``spec``'s key, or None (with the reason
+    appended to ``notes`` and logged) when there is none or it cannot be trusted."""
+    root, key = shipped_dir(), spec.key
+    keys = entry_keys(root, spec.name)
+    if key not in keys:
+        if keys:
+            notes.append(f"the shipped {spec.name} is {', '.join(keys)}, trained by another "
+                         f"recipe than {key}'s (its spec changed and the weights were not "
+                         f"re-shipped: python -m lab.zoo.ship {spec.name})")
+            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
+        return None
+    try:
+        return read_entry(key, spec.model, spec.digest(), root=root)
+    except CorruptEntry as e:
+        notes.append(f"the shipped entry cannot be trusted: {e}")
+        logging.warning("zoo: %s; using the cache or training instead", notes[-1])
+        return None
+
+
+def load_spec(spec: ZooSpec, *, source: str | None = None, on_corrupt: str = "retrain",
+              progress: bool = True):
+    """Returns ``(model, tokenizer)`` for ``spec``: shipped, cached or trained (``source``, see
+    the module docstring), and records where it came from (:func:`loads`).
+
+    An entry is verified (checksums, parameter names and shapes, digest) before
+    use. A corrupt cache entry: ``on_corrupt="retrain"`` moves it aside
+    (``<entry>.corrupt-<ms>``) and retrains; ``"raise"`` raises :class:`CorruptEntry`
+    naming the entry and the problem. A fine-tune's base is loaded the same way.
     """
     from lab.zoo.train import train_model  # lab.train is only needed to train
 
@@ -72,44 +153,73 @@ def load_spec(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = Tr
         raise ValueError(f"load_spec expects a ZooSpec, got {type(spec).__name__}")
     if on_corrupt not in ON_CORRUPT:
         raise ValueError(f"on_corrupt={on_corrupt!r}; expected one of {ON_CORRUPT}")
-    key = spec.key
-    try:
-        return _read(spec)[0], ByteTokenizer()
-    except FileNotFoundError:
-        pass
-    except CorruptEntry:
-        if on_corrupt == "raise":
-            raise
-    with entry_lock(key):
-        try:  # another process may have finished it while we waited
-            return _read(spec)[0], ByteTokenizer()
+    source = resolve_source(source)
+    key, notes = spec.key, []
+    if source in ("auto", "shipped"):
+        got = _shipped(spec, notes)
+        if got is not None:
+            _record(spec, "shipped", os.path.join(shipped_dir(), key), got[1], notes)
+            return got[0], ByteTokenizer()
+        if source == "shipped":
+            raise ValueError(f"source='shipped' but Lab ships no usable entry {key} "
+                             f"({'; '.join(notes) or 'none of that name'}); shipped: "
+                             f"{entry_keys(shipped_dir())}")
+    # "train" reads the cache only for what this process trained itself
+    use_cache = source != "train" or TRAININGS[key] > 0
+
+    def cached():
+        model, metrics = read_entry(key, spec.model, spec.digest())
+        _record(spec, "cached" if TRAININGS[key] == 0 else "trained", entry_path(spec),
+                metrics, notes)
+        return model, ByteTokenizer()
+
+    if use_cache:
+        try:
+            return cached()
         except FileNotFoundError:
             pass
-        except CorruptEntry as e:
+        except CorruptEntry:
             if on_corrupt == "raise":
                 raise
-            moved = quarantine(entry_path(spec))
-            logging.warning("zoo: %s; moved it to %s and retraining", e, moved)
-        init = load_base(spec, on_corrupt=on_corrupt, progress=progress)
+    with entry_lock(key):
+        if use_cache or TRAININGS[key] > 0:  # another thread may have finished it meanwhile
+            try:
+                return cached()
+            except FileNotFoundError:
+                pass
+            except CorruptEntry as e:
+                if on_corrupt == "raise":
+                    raise
+                moved = quarantine(entry_path(spec))
+                logging.warning("zoo: %s; moved it to %s and retraining", e, moved)
+        init = load_base(spec, source=source, on_corrupt=on_corrupt, progress=progress)
         workdir = os.path.join(zoo_dir(), f".work-{key}")
+        if source == "train":  # from scratch: not from a partial run of an earlier process
+            shutil.rmtree(workdir, ignore_errors=True)
         model, metrics = train_model(spec, workdir, progress=progress, init=init)
         TRAININGS[key] += 1
-        write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
-                                 "format": ZOO_FORMAT}, metrics)
+        path = write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
+                                        "format": ZOO_FORMAT}, metrics)
         shutil.rmtree(workdir, ignore_errors=True)
+    _record(spec, "trained", path, metrics, notes)
     return model, ByteTokenizer()
 
 
-def load_base(spec: ZooSpec, *, on_corrupt: str = "retrain", progress: bool = True):
-    """The trained model of ``spec.init`` (loaded, or trained and cached first), whose weights
-    start ``spec``'s training; None for a spec without a base."""
+def load_base(spec: ZooSpec, *, source: str | None = None, on_corrupt: str = "retrain",
+              progress: bool = True):
+    """The trained model of ``spec.init`` (:func:`load_spec` with the same ``source``), whose
+    weights start ``spec``'s training; None for a spec without a base."""
     base = spec.base()
-    return load_spec(base, on_corrupt=on_corrupt, progress=progress)[0] if base else None
+    if base is None:
+        return None
+    return load_spec(base, source=source, on_corrupt=on_corrupt, progress=progress)[0]
 
 
-def load(name: str, *, on_corrupt: str = "retrain", progress: bool = True):
-    """``(model, tokenizer)`` of the named model (``zoo.list()``), trained on first use."""
-    return load_spec(get_spec(name), on_corrupt=on_corrupt, progress=progress)
+def load(name: str, *, source: str | None = None, on_corrupt: str = "retrain",
+         progress: bool = True):
+    """``(model, tokenizer)`` of the named model (``zoo.list()``): shipped, cached or trained
+    (``source``: see the module docstring)."""
+    return load_spec(get_spec(name), source=source, on_corrupt=on_corrupt, progress=progress)
 
 
 def is_checkpoint_dir(path) -> bool:
@@ -140,17 +250,24 @@ def load_model(name_or_dir: str | os.PathLike, *, dtype=None, progress: bool = T
 
 
 def metrics(spec: ZooSpec | str) -> dict:
-    """The stored ``metrics.json`` of a trained entry (train / held-out accuracy per task)."""
-    path = os.path.join(entry_path(spec), METRICS_FILE)
+    """The stored ``metrics.json`` (train / held-out accuracy per task, training time and host)
+    of the entry this process last loaded for ``spec``, else of its shipped entry, else of its
+    cache entry."""
+    spec = get_spec(spec) if isinstance(spec, str) else spec
+    loaded = [r["path"] for r in _LOADS if r["key"] == spec.key]
+    shipped = os.path.join(shipped_dir(), spec.key)
+    where = loaded[-1] if loaded else shipped if os.path.isdir(shipped) else entry_path(spec)
+    path = os.path.join(where, METRICS_FILE)
     if not os.path.exists(path):
-        raise ValueError(f"{spec if isinstance(spec, str) else spec.name} is not trained yet "
+        raise ValueError(f"{spec.name} is not trained yet "
                          f"({path} does not exist); call zoo.load first")
     with open(path) as f:
         return json.load(f)
 
 
 __all__ = [
-    "NAMED", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root", "entry_path",
-    "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base", "load_model",
-    "load_spec", "metrics", "spec_from_config", "train_recipe",
+    "NAMED", "SOURCES", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root",
+    "entry_path", "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base",
+    "load_model", "load_spec", "loads", "metrics", "resolve_source", "shipped_dir",
+    "spec_from_config", "train_recipe",
 ]

@@ -1,10 +1,13 @@
-"""The zoo's on-disk cache: one directory per spec, written atomically, checked on load.
+"""The zoo's entries on disk: one directory per spec, written atomically, checked on load.
 
-Layout of ``$LAB_CACHE/zoo/<name>-<digest>/`` (``LAB_CACHE`` defaults to
-``~/.cache/lab``):
+Entries live in two roots with one layout: the shipped weights inside the package
+(``lab/zoo/weights/<name>-<digest>/``, :func:`shipped_dir`, read-only) and the
+cache of models trained on this host (``$LAB_CACHE/zoo/<name>-<digest>/``,
+:func:`zoo_dir`; ``LAB_CACHE`` defaults to ``~/.cache/lab``). An entry holds:
 
 - ``params.safetensors``: the model's ``nnx.Param`` arrays, keyed by their
-  dotted path (``layers.0.attn.qkv.kernel``);
+  dotted path (``layers.0.attn.qkv.kernel``), in float32 or (shipped entries whose
+  held-out metrics allow it) a compact float type, cast back on load;
 - ``spec.json``: the :class:`ZooSpec` and its digest;
 - ``metrics.json``: train / held-out accuracy per task, training time;
 - ``manifest.json``: the SHA-256 of every other file, written last.
@@ -49,7 +52,32 @@ def cache_root() -> str:
 
 
 def zoo_dir() -> str:
+    """The cache's entries: ``$LAB_CACHE/zoo``."""
     return os.path.join(cache_root(), "zoo")
+
+
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
+
+
+def shipped_dir() -> str:
+    """The entries shipped with Lab: :data:`SHIPPED_DIR`, ``lab/zoo/weights`` inside the
+    package (tests point it elsewhere)."""
+    return SHIPPED_DIR
+
+
+def entry_keys(root: str, name: str | None = None) -> list[str]:
+    """Entry directories (``<name>-<digest>``) under ``root``, of model ``name`` if given;
+    temporary, corrupt and work directories are not entries."""
+    if not os.path.isdir(root):
+        return []
+    keys = []
+    for key in sorted(os.listdir(root)):
+        if key.startswith(".") or ".corrupt-" in key or ".old-" in key or not os.path.isdir(
+                os.path.join(root, key)):
+            continue
+        if name is None or key.rsplit("-", 1)[0] == name:
+            keys.append(key)
+    return keys
 
 
 def _sha256(path: str) -> str:
@@ -130,15 +158,21 @@ def model_from_flat(config: TransformerConfig, flat: dict[str, np.ndarray],
     return nnx.merge(graphdef, state, rest)
 
 
-def write_entry(key: str, model: nnx.Module, spec_dict: dict, metrics: dict) -> str:
-    """Writes the entry atomically (temp dir + rename); returns its path."""
-    root = zoo_dir()
+def write_entry(key: str, model: nnx.Module, spec_dict: dict, metrics: dict, *,
+                root: str | None = None, dtype=None) -> str:
+    """Writes the entry atomically (temp dir + rename) under ``root`` (default the cache,
+    :func:`zoo_dir`), replacing an existing one; returns its path. ``dtype``: the stored
+    float type of the parameters (default their own)."""
+    root = root or zoo_dir()
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, key)
     tmp = tempfile.mkdtemp(dir=root, prefix=f".tmp-{key}-")
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would hide a shared cache from other users
-        save_file(flatten_params(model), os.path.join(tmp, PARAMS_FILE))
+        flat = flatten_params(model)
+        if dtype is not None:
+            flat = {k: v.astype(dtype) for k, v in flat.items()}
+        save_file(flat, os.path.join(tmp, PARAMS_FILE))
         for fname, obj in ((SPEC_FILE, spec_dict), (METRICS_FILE, metrics)):
             with open(os.path.join(tmp, fname), "w") as f:
                 json.dump(obj, f, indent=1, sort_keys=True)
@@ -147,11 +181,16 @@ def write_entry(key: str, model: nnx.Module, spec_dict: dict, metrics: dict) -> 
         with open(os.path.join(tmp, MANIFEST_FILE), "w") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
         for fname in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, fname), 0o644)
             with open(os.path.join(tmp, fname), "rb") as f:
                 os.fsync(f.fileno())
-        if os.path.exists(final):  # only a corrupt entry can be here (we hold the lock)
-            quarantine(final)
+        old = None
+        if os.path.exists(final):  # a corrupt entry, or one being retrained (we hold the lock)
+            old = f"{final}.old-{int(time.time() * 1000)}"
+            os.rename(final, old)
         os.rename(tmp, final)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -165,14 +204,16 @@ def quarantine(path: str) -> str:
     return dest
 
 
-def read_entry(key: str, config: TransformerConfig, digest: str) -> tuple[nnx.Module, dict]:
-    """Loads and verifies the entry ``key``; returns ``(model, metrics)``.
+def read_entry(key: str, config: TransformerConfig, digest: str,
+               root: str | None = None) -> tuple[nnx.Module, dict]:
+    """Loads and verifies the entry ``key`` under ``root`` (default the cache,
+    :func:`zoo_dir`); returns ``(model, metrics)``.
 
     Raises FileNotFoundError when there is no entry, CorruptEntry when one
     exists but a file is missing, fails its checksum, or does not match
     ``config`` / ``digest``.
     """
-    path = os.path.join(zoo_dir(), key)
+    path = os.path.join(root or zoo_dir(), key)
     if not os.path.isdir(path):
         raise FileNotFoundError(path)
     manifest_path = os.path.join(path, MANIFEST_FILE)

@@ -9,6 +9,7 @@ import datasets
 from absl import logging
 from flax import nnx
 
+from lab import host
 from lab.data import ByteTokenizer, mixture
 from lab.data.batching import packed_sft_batches, sft_batches
 from lab.nn import Transformer
@@ -19,29 +20,37 @@ from lab.zoo.spec import ZooSpec
 HELD_OUT_SEED_OFFSET = 7919  # held-out data come from another seed of the same mixture
 
 
-def _per_task(ds: datasets.Dataset, k: int, exclude: set[str] = frozenset()) -> datasets.Dataset:
-    """Up to ``k`` rows per task, skipping prompts in ``exclude``; keeps row order."""
+def per_task_indices(ds: datasets.Dataset, k: int,
+                     exclude: set[str] = frozenset()) -> list[int]:
+    """Indices of the first ``k`` rows of each task, skipping prompts in ``exclude``, in row
+    order."""
     taken: collections.Counter = collections.Counter()
     keep = []
     for i, (task, prompt) in enumerate(zip(ds["task"], ds["prompt"], strict=True)):
         if taken[task] < k and prompt not in exclude:
             taken[task] += 1
             keep.append(i)
-    return ds.select(keep)
+    return keep
+
+
+def held_out_pool(spec: ZooSpec) -> datasets.Dataset:
+    """The rows the held-out set is drawn from: the spec's mixture under another seed."""
+    d = spec.data
+    return mixture(4 * d["n_eval"] * len(d["tasks"]), d["seed"] + HELD_OUT_SEED_OFFSET,
+                   d["tasks"])
 
 
 def build_data(spec: ZooSpec) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
     """Returns ``(train, train_eval, held_out)``.
 
-    ``held_out`` has ``n_eval`` rows per task from another seed, none of whose
+    ``held_out`` has ``n_eval`` rows per task of :func:`held_out_pool`, none of whose
     prompts occurs in ``train`` (small tasks such as one-digit sums repeat).
     """
     d = spec.data
     train = mixture(d["n_train"], d["seed"], d["tasks"])
-    n_tasks = len(d["tasks"])
-    pool = mixture(4 * d["n_eval"] * n_tasks, d["seed"] + HELD_OUT_SEED_OFFSET, d["tasks"])
-    held_out = _per_task(pool, d["n_eval"], exclude=set(train["prompt"]))
-    return train, _per_task(train, d["n_eval"]), held_out
+    pool = held_out_pool(spec)
+    held_out = pool.select(per_task_indices(pool, d["n_eval"], exclude=set(train["prompt"])))
+    return train, train.select(per_task_indices(train, d["n_eval"])), held_out
 
 
 def _held_out_curve(held_out: datasets.Dataset, tok, seq_len: int):
@@ -62,8 +71,9 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
 
     ``metrics``: per-task ``train`` and ``held_out`` accuracies (see
     :func:`lab.zoo.evaluate.evaluate`), wall and CPU seconds of data
-    generation, training and evaluation, the loss curve, the held-out exact match
-    per task every ``eval_every`` steps (``held_out_curve``), the parameter count.
+    generation, training and evaluation, the host that trained it
+    (:func:`lab.host.describe`), the loss curve, the held-out exact match per task
+    every ``eval_every`` steps (``held_out_curve``), the parameter count.
     A ``workdir`` holds the trainer's checkpoints, so a killed run resumes.
     ``init``: a trained model of the same config whose weights start training
     (the spec's :attr:`ZooSpec.init` base).
@@ -101,5 +111,6 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
         "loss_curve": losses,
         "seconds": {"data": t1 - t0, "train": t2 - t1, "eval": t3 - t2},
         "cpu_seconds": {"data": c1 - c0, "train": c2 - c1, "eval": c3 - c2},
+        "host": host.describe(),
     }
     return model, metrics

@@ -8,6 +8,7 @@ import pytest
 from absl import flags
 
 from experiments import reproduce, results_doc
+from lab import zoo
 from lab.outputs import claim, regime, write_outputs
 
 
@@ -79,6 +80,38 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
     assert "| broken | failed |" in report and "RuntimeError: deliberate failure" in report
     assert "| fine | yes | unchecked | Fine works. |" in report and "fine body" in report
     assert "deliberate failure" in (tmp_path / "broken" / "error.txt").read_text()
+
+
+def test_the_models_table_says_where_each_zoo_model_came_from(tmp_path, monkeypatch):
+    """A run names each zoo model it loaded: cached on this host, or (``retrain``) trained in
+    this run with its training time; ``LAB_ZOO`` is restored after a retraining run."""
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(zoo.SOURCE_ENV, raising=False)
+    spec = zoo.get_spec("lm-test")
+    zoo.load_spec(spec, progress=False)
+    monkeypatch.setitem(zoo.TRAININGS, spec.key, 0)  # as a later process sees it
+
+    def uses_zoo(config, workdir):
+        zoo.load("lm-test", progress=False)
+        zoo.load("lm-test", progress=False)  # loaded twice, listed once
+        return write_outputs(workdir, name="uses_zoo", config=config, report="body",
+                             results={"claims": [claim("Zoo works.", "m", 1.0, True)]})
+
+    monkeypatch.setattr(reproduce, "discover", lambda root=None: ["uses_zoo"])
+    monkeypatch.setattr(reproduce, "load", lambda name: (lambda p: {"preset": p}, uses_zoo))
+    summary = reproduce.run_all("test", str(tmp_path / "a"))
+    (model,) = summary["experiments"][0]["models"]
+    assert model["key"] == spec.key and model["source"] == "cached"
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert "## Models" in report and f"| uses_zoo | {spec.key} | cached on this host |" in report
+    assert "Zoo training in this run: 0 models, 0 s" in report
+    summary = reproduce.run_all("test", str(tmp_path / "b"), retrain=True)
+    (model,) = summary["experiments"][0]["models"]
+    assert model["source"] == "trained" and model["train_seconds"] > 0 and summary["retrain"]
+    assert zoo.TRAININGS[spec.key] == 1 and zoo.SOURCE_ENV not in os.environ
+    report = (tmp_path / "b" / "report.md").read_text()
+    assert f"| uses_zoo | {spec.key} | trained in this run | float32 |" in report
+    assert "Zoo training in this run: 1 models" in report
 
 
 def test_claims_of_a_run_whose_regime_fails_are_not_informative(tmp_path, monkeypatch):

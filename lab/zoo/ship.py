@@ -1,0 +1,138 @@
+"""Writes the zoo entries that ship with Lab (``lab/zoo/weights``) from trained cache entries.
+
+    python -m lab.zoo.ship lm-xs-long lm-xs-docs [--cache_dir DIR] [--force]
+
+For each named model, the cache entry of its current key (trained by ``zoo.load``) is
+verified, then stored in the most compact float type whose held-out exact match
+stays within :data:`TOLERANCE` examples per task of the float32 model's (float16,
+else float32), beside its spec, its ``metrics.json`` and a SHA-256 manifest.
+``metrics.json`` gains a ``"shipped"`` block: the stored dtype, the float32 model's
+held-out result, the host that shipped it, and a small check set (the first
+:data:`CHECK_PER_TASK` held-out rows of each task, by their index in
+:func:`lab.zoo.train.held_out_pool`) with the shipped model's exact match on it, which
+the tests re-measure. ``held_out`` becomes the shipped (rounded) model's result.
+
+An entry already shipped under the same key is left as it is (a rerun changes no
+file, so the repository's history only grows when a recipe changes) unless
+``--force``; a shipped entry of the same name and another key (an older recipe) is
+removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+from absl import app, flags, logging
+from flax import nnx
+
+from lab import host
+from lab.data import ByteTokenizer
+from lab.zoo.evaluate import evaluate
+from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec
+from lab.zoo.store import entry_keys, flatten_params, model_from_flat, read_entry, shipped_dir
+from lab.zoo.store import write_entry, zoo_dir
+from lab.zoo.train import build_data, held_out_pool, per_task_indices
+
+COMPACT = ("float16",)  # tried in order; float32 when none keeps the held-out metrics
+TOLERANCE = 2  # held-out examples per task a compact dtype may change (of n_eval, 64 today)
+CHECK_PER_TASK = 8
+
+
+def rounded(model: nnx.Module, spec: ZooSpec, dtype: str) -> nnx.Module:
+    """``model`` with every parameter rounded to ``dtype`` (and held in float32 again), which
+    is what loading an entry stored in ``dtype`` gives."""
+    flat = {k: v.astype(dtype) for k, v in flatten_params(model).items()}
+    return model_from_flat(spec.model, flat)
+
+
+def within(result: dict, reference: dict, tolerance: int = TOLERANCE) -> bool:
+    """Whether every task's exact match in ``result`` is within ``tolerance`` examples of
+    ``reference``'s (two :func:`lab.zoo.evaluate.evaluate` results)."""
+    return all(abs(result[t]["exact_match"] - r["exact_match"]) * r["n"] <= tolerance + 1e-9
+               for t, r in reference.items() if t != "all")
+
+
+def check_rows(spec: ZooSpec):
+    """``(indices, dataset)``: the first :data:`CHECK_PER_TASK` held-out rows of each task,
+    by their index in :func:`lab.zoo.train.held_out_pool` (so a test rebuilds them without
+    the training set)."""
+    train, _, held_out = build_data(spec)
+    pool = held_out_pool(spec)
+    idx = per_task_indices(pool, spec.data["n_eval"], exclude=set(train["prompt"]))
+    first = per_task_indices(held_out, CHECK_PER_TASK)
+    indices = [idx[i] for i in first]
+    return indices, pool.select(indices), held_out
+
+
+def ship(name: str, *, cache_dir: str | None = None, force: bool = False) -> dict:
+    """Ships the cache entry of ``name``'s current key; returns ``{"name", "key", "status"``
+    (``"shipped"`` or ``"unchanged"``), ``"dtype"``, ``"bytes"}``."""
+    if name not in NAMED:
+        raise ValueError(f"zoo model {name!r} is unknown; expected one of {sorted(NAMED)}")
+    spec = NAMED[name]
+    key, root = spec.key, shipped_dir()
+    final = os.path.join(root, key)
+    if os.path.isdir(final) and not force:
+        return {"name": name, "key": key, "status": "unchanged", "bytes": _bytes(final)}
+    try:
+        model, metrics = read_entry(key, spec.model, spec.digest(), root=cache_dir or zoo_dir())
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no cache entry {key} under {cache_dir or zoo_dir()}; train "
+                         f"it first (zoo.load({name!r}, source='cache'))") from None
+    tok = ByteTokenizer()
+    indices, check, held_out = check_rows(spec)
+    reference = evaluate(model, held_out, tok, spec.seq_len)
+    dtype, result = "float32", reference
+    for candidate in COMPACT:
+        m = rounded(model, spec, candidate)
+        if not all(np.isfinite(v).all() for v in flatten_params(m).values()):
+            continue
+        r = evaluate(m, held_out, tok, spec.seq_len)
+        logging.info("ship %s: %s held-out %s against float32 %s", name, candidate,
+                     {t: v["exact_match"] for t, v in r.items()},
+                     {t: v["exact_match"] for t, v in reference.items()})
+        if within(r, reference):
+            dtype, result, model = candidate, r, m
+            break
+    checked = evaluate(model, check, tok, spec.seq_len)
+    shipped = {"dtype": dtype, "tolerance_examples": TOLERANCE, "held_out_float32": reference,
+               "shipped_on": host.describe(),
+               "check": {"per_task": CHECK_PER_TASK, "pool_indices": indices,
+                         "exact_match": {t: v["exact_match"] for t, v in checked.items()},
+                         "token_accuracy": {t: v["token_accuracy"] for t, v in checked.items()}}}
+    if "host" not in metrics:  # entries trained before the host was recorded
+        shipped["host_of_training"] = "not recorded; shipped_on is the host that shipped it"
+    metrics = {**metrics, "held_out": result, "shipped": shipped}
+    write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
+                             "format": ZOO_FORMAT}, metrics, root=root, dtype=dtype)
+    for old in entry_keys(root, name):
+        if old != key:
+            shutil.rmtree(os.path.join(root, old))
+    return {"name": name, "key": key, "status": "shipped", "dtype": dtype,
+            "bytes": _bytes(final)}
+
+
+def _bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+_CACHE_DIR = flags.DEFINE_string("cache_dir", None, "Zoo cache to ship from (default "
+                                 "$LAB_CACHE/zoo).")
+_FORCE = flags.DEFINE_bool("force", False, "Rewrite an entry already shipped under its key.")
+
+
+def main(argv):
+    names = argv[1:]
+    if not names:
+        sys.exit(f"usage: python -m lab.zoo.ship NAME [NAME ...]; names: {sorted(NAMED)}")
+    for name in names:
+        r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value)
+        print(f"{r['name']}: {r['status']} {r['key']} ({r.get('dtype', 'as before')}, "
+              f"{r['bytes'] / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    app.run(main)
