@@ -95,7 +95,9 @@ def main(meshes):
         }
         if "gen" in checks:
             t0 = timer()
-            gen = jax.device_get(_generate(sharded, prompts))
+            gen = _generate(sharded, prompts)
+            res["gen_spec"] = str(gen.tokens.sharding.spec)  # rows split over "data"?
+            gen = jax.device_get(gen)
             res["tokens_equal"] = bool(np.array_equal(gen.tokens, ref_gen.tokens))
             res["logprob_diff"] = float(np.abs(gen.logprobs - ref_gen.logprobs).max())
             res["cpu_s"]["generate"] = timer() - t0
