@@ -96,7 +96,8 @@ def main(meshes):
         if "gen" in checks:
             t0 = timer()
             gen = _generate(sharded, prompts)
-            res["gen_spec"] = str(gen.tokens.sharding.spec)  # rows split over "data"?
+            spec = gen.tokens.sharding.spec  # the rows' axis: split over "data"?
+            res["gen_rows"] = str(spec[0]) if len(spec) else "None"
             gen = jax.device_get(gen)
             res["tokens_equal"] = bool(np.array_equal(gen.tokens, ref_gen.tokens))
             res["logprob_diff"] = float(np.abs(gen.logprobs - ref_gen.logprobs).max())
