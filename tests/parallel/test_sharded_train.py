@@ -214,3 +214,20 @@ def test_one_device_mesh_trains_like_no_mesh():
     assert [r["loss"] for r in b.history] == pytest.approx([r["loss"] for r in a.history],
                                                            abs=1e-6)
     assert isinstance(model.embed.embedding[...].sharding, jax.sharding.NamedSharding)
+
+
+def test_single_device_checkpoint_resumes_on_a_mesh(tmp_path):
+    """A run saved without a mesh continues on a (1, 1) mesh: same losses, state on the mesh."""
+    cfg = train_job.TRAIN.replace(steps=6, checkpoint_every=3, schedule="constant",
+                                  warmup_steps=0)
+    ref = Trainer(train_job.build(), sft_loss, cfg)
+    ref.fit(train_job.batch_fn)
+    workdir = str(tmp_path / "run")
+    Trainer(train_job.build(), sft_loss, cfg.replace(steps=3), workdir).fit(train_job.batch_fn)
+    mesh = parallel.make_mesh(1, 1, devices=jax.devices()[:1])
+    trainer = Trainer(train_job.build(), sft_loss, cfg, workdir, mesh=mesh)
+    model = trainer.fit(train_job.batch_fn)
+    assert [r["step"] for r in trainer.history] == list(range(1, 7))
+    assert [r["loss"] for r in trainer.history] == pytest.approx(
+        [r["loss"] for r in ref.history], abs=1e-6)
+    assert model.embed.embedding[...].sharding.mesh.shape == mesh.shape
