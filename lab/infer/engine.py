@@ -7,6 +7,9 @@ same shapes reuse the compiled program (flax ``guides/performance.md``).
 Prefill, the cache policy and the whole decode loop (``lax.while_loop``) run
 inside one program.
 
+On a model sharded over a mesh (:func:`lab.parallel.shard_model`), :func:`generate`
+also splits the batch over the mesh's ``"data"`` axis when that axis divides it.
+
 Batches are right-padded: ``tokens [B, T]`` with ``lengths [B]`` (or a list of
 lists of ids). Row ``b``'s prompt occupies cache slots ``0..lengths[b]-1`` at
 positions ``0..lengths[b]-1``; padding is written as empty slots (position -1)
@@ -26,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lab import parallel
 from lab.infer import decode, sampling
 from lab.infer import policies as policies_lib
 from lab.infer.options import GENERATE_CAPTURES, Eviction, GenerateOptions
@@ -427,9 +431,23 @@ def _generate_call(model, tokens, max_new_tokens, options, kwargs, **plan_kwargs
     if opts.pad_id != plan_kwargs["pad_id"]:
         opts = dataclasses.replace(opts, pad_id=plan_kwargs["pad_id"])
     graphdef, state = nnx.split(model)
-    args = (graphdef, state, plan.tokens, plan.lengths, (plan.budget, plan.decode_budget),
-            plan.question_lengths, jax.random.key(opts.seed), _temperature(opts))
+    rows = _data_split((plan.tokens, plan.lengths, (plan.budget, plan.decode_budget),
+                        plan.question_lengths), state)
+    args = (graphdef, state, *rows, jax.random.key(opts.seed), _temperature(opts))
     return args, dict(opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
+
+
+def _data_split(rows, state):
+    """The per-row arrays ``rows`` split over the ``"data"`` axis of the mesh ``state`` is
+    sharded on (:func:`lab.parallel.shard_model`), when that axis has several devices and
+    divides the batch; otherwise ``rows`` unchanged. GSPMD then runs each data group's rows
+    on its own devices (prefill, cache, decode loop), with the weights as they are placed."""
+    mesh = parallel.mesh_of(state)
+    if mesh is None or dict(mesh.shape).get("data", 1) == 1:
+        return rows
+    if len(rows[0]) % mesh.shape["data"]:
+        return rows  # replicated rows: every data group decodes the whole batch
+    return parallel.shard_batch(rows, mesh)
 
 
 def continue_generation(model: Transformer, cache: KVCache, tokens, *,

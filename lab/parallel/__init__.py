@@ -5,6 +5,7 @@
     logits = lab.parallel.forward(model, tokens, mesh)
     gen = lab.infer.generate(model, prompts, max_new_tokens=32)  # runs on the sharded weights
 
+Training on a mesh: ``lab.train.Trainer(..., mesh=mesh)`` (see docs/scale.md).
 On many hosts call :func:`initialize` first (see its docstring for the
 environment variables).
 """
@@ -12,13 +13,19 @@ environment variables).
 from lab.parallel.mesh import AXES, initialize, make_mesh
 from lab.parallel.sharding import (
     RULES,
+    batch_specs,
     forward,
+    mesh_of,
+    named,
     partition_specs,
     path_str,
+    place,
     shard_batch,
     shard_model,
     spec_for,
+    tree_specs,
 )
 
-__all__ = ["AXES", "RULES", "forward", "initialize", "make_mesh", "partition_specs", "path_str",
-           "shard_batch", "shard_model", "spec_for"]
+__all__ = ["AXES", "RULES", "batch_specs", "forward", "initialize", "make_mesh", "mesh_of",
+           "named", "partition_specs", "path_str", "place", "shard_batch", "shard_model",
+           "spec_for", "tree_specs"]

@@ -9,6 +9,12 @@ its bytes). Orbax writes into a temporary directory and renames it when the save
 is complete, so a killed run never leaves a half-written step behind; leftover
 temporary directories are removed when the manager opens.
 
+Sharded state (a :class:`lab.train.Trainer` on a mesh) is saved by orbax one
+shard per device, each process writing its own; the digest is of the global
+arrays, so it does not depend on the layout. :meth:`RunCheckpoints.restore_latest`
+restores onto the shardings of its ``target``, which may belong to another mesh
+shape than the one that saved (orbax reads each new shard's slice).
+
 On restore the newest step is tried first; a step that fails to restore or
 whose bytes do not match the digest is reported (``absl.logging.warning``
 naming its path), moved aside to ``<dir>_corrupt/<step>`` and the previous step
@@ -28,6 +34,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
 
 
 def _is_key(x) -> bool:
@@ -54,7 +61,10 @@ def tree_signature(tree) -> list[list]:
 def tree_digest(tree) -> str:
     """Returns the SHA-256 hex digest of the bytes of every leaf, in tree order."""
     h = hashlib.sha256()
-    for leaf in jax.tree.leaves(jax.device_get(tree)):
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:  # other hosts' shards
+            leaf = multihost_utils.process_allgather(leaf, tiled=True)
+        leaf = jax.device_get(leaf)
         arr = np.ascontiguousarray(np.asarray(leaf))
         h.update(str((arr.shape, arr.dtype.str)).encode())
         h.update(arr.reshape(-1).view(np.uint8).tobytes())
@@ -94,7 +104,8 @@ class RunCheckpoints:
 
         Args:
           target: a pytree with the saved state's structure (arrays or
-            ``jax.ShapeDtypeStruct``); only shapes and dtypes are used.
+            ``jax.ShapeDtypeStruct``); its shapes and dtypes are checked against the
+            saved signature and the arrays are restored onto its shardings.
 
         Returns:
           ``(step, state, meta)``, or None when no intact checkpoint exists.

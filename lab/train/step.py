@@ -13,6 +13,15 @@ are averaged with weights ``metrics["loss_weight"]`` if the loss reports it,
 else ``metrics["tokens"]``, else 1, so that for a loss that is a mean over
 tokens (``sft_loss``) the accumulated gradient equals the full-batch gradient.
 
+On a device mesh (:class:`StepLayout`, built by :class:`lab.train.Trainer` from
+:mod:`lab.parallel`'s rules) the same step is jitted with explicit input and
+output shardings: parameters and optimizer state keep their layout across
+steps (so donation reuses their buffers), the batch is split over ``"data"``,
+the gradients are constrained to the parameters' layout (under FSDP GSPMD then
+reduce-scatters them instead of all-reducing) and each accumulated micro-batch
+is split over ``"data"`` too. GSPMD inserts the collectives; the numbers equal
+the unsharded step's up to float reassociation of the reductions.
+
 Mixed precision (``TrainConfig.precision="bfloat16"``): the parameters and the
 optimizer state stay float32 (the master weights); inside the trace the step
 merges them into the model and makes that copy's ``nnx.Linear`` layers multiply
@@ -43,6 +52,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from lab.nn import Fused
 from lab.train.config import TrainConfig, make_optimizer, make_schedule
@@ -165,8 +176,12 @@ def _loss_and_state(graphdef, loss_fn, pass_rng, precision: str = "float32"):
     return f
 
 
-def _accumulate(grad_fn, params, rest, batch, key, n: int):
-    """Runs ``n`` micro-batches in a scan; returns weighted-mean grads and metrics."""
+def _accumulate(grad_fn, params, rest, batch, key, n: int, micro_sharding=None):
+    """Runs ``n`` micro-batches in a scan; returns weighted-mean grads and metrics.
+
+    ``micro_sharding(x)`` (on a mesh) gives the sharding of a ``[n, size // n, ...]``
+    stack of micro-batches: each micro-batch split over ``"data"``.
+    """
     leaves = jax.tree.leaves(batch)
     size = leaves[0].shape[0] if leaves and leaves[0].ndim else None
     for x in leaves:
@@ -175,6 +190,9 @@ def _accumulate(grad_fn, params, rest, batch, key, n: int):
                              f"leading axis divisible by {n}; got shapes "
                              f"{[tuple(y.shape) for y in leaves]}")
     micro = jax.tree.map(lambda x: x.reshape(n, size // n, *x.shape[1:]), batch)
+    if micro_sharding is not None:
+        micro = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, micro_sharding(x)),
+                             micro)
     first = jax.tree.map(lambda x: x[0], micro)
     (_, (m_shape, _)), g_shape = jax.eval_shape(grad_fn, params, rest, first, key)
     zeros = lambda t: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), t)  # noqa: E731
@@ -196,19 +214,56 @@ def _accumulate(grad_fn, params, rest, batch, key, n: int):
     return grads, metrics, rest
 
 
+@dataclasses.dataclass(frozen=True)
+class StepLayout:
+    """Where the train step's inputs and outputs live on a mesh (hashable, so a cache key).
+
+    Each of ``params``, ``rest``, ``opt_state`` and ``batch`` is a
+    ``(treedef, shardings)`` pair: the tree's structure and one ``NamedSharding``
+    per leaf (see :meth:`of`).
+    """
+
+    mesh: Mesh
+    params: tuple
+    rest: tuple
+    opt_state: tuple
+    batch: tuple
+
+    @staticmethod
+    def flat(shardings) -> tuple:
+        """``(treedef, leaves)`` of a tree of ``NamedSharding``."""
+        leaves, treedef = jax.tree.flatten(shardings)
+        return treedef, tuple(leaves)
+
+    def tree(self, name: str):
+        treedef, leaves = getattr(self, name)
+        return jax.tree.unflatten(treedef, leaves)
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, P())
+
+
 @functools.lru_cache(maxsize=64)
-def compiled_step(graphdef, loss_fn: Callable, config: TrainConfig, pass_rng: bool):
+def compiled_step(graphdef, loss_fn: Callable, config: TrainConfig, pass_rng: bool,
+                  layout: StepLayout | None = None):
     """Returns the jitted ``step(params, rest, opt_state, batch, step, key)``.
 
     The result is ``(params, rest, opt_state, metrics)``: the updated states and
     a dict of float32 metrics (the loss's own, averaged over micro-batches, plus
     ``lr`` and ``grad_norm``, the global gradient norm before clipping). The
-    input states are donated.
+    input states are donated. With a ``layout`` the step is jitted with its
+    shardings as ``in_shardings`` / ``out_shardings`` (``step`` and ``key``
+    replicated, the metrics replicated).
     """
     tx = make_optimizer(config)
     schedule = make_schedule(config)
     grad_fn = jax.value_and_grad(_loss_and_state(graphdef, loss_fn, pass_rng, config.precision),
                                  has_aux=True)
+    micro_sharding = None
+    if layout is not None:
+        def micro_sharding(x):
+            return NamedSharding(layout.mesh, P(None, "data", *([None] * (x.ndim - 2))))
 
     def step_fn(params, rest, opt_state, batch, step, key):
         step_key = jax.random.fold_in(key, step)
@@ -216,14 +271,22 @@ def compiled_step(graphdef, loss_fn: Callable, config: TrainConfig, pass_rng: bo
             (_, (metrics, rest)), grads = grad_fn(params, rest, batch, step_key)
         else:
             grads, metrics, rest = _accumulate(grad_fn, params, rest, batch, step_key,
-                                               config.grad_accum)
+                                               config.grad_accum, micro_sharding)
+        if layout is not None:
+            grads = jax.lax.with_sharding_constraint(grads, layout.tree("params"))
         metrics = dict(metrics, grad_norm=optax.tree.norm(grads),
                        lr=jnp.asarray(schedule(step), jnp.float32))
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, rest, opt_state, metrics
 
-    return jax.jit(step_fn, donate_argnums=(0, 1, 2))
+    if layout is None:
+        return jax.jit(step_fn, donate_argnums=(0, 1, 2))
+    states = (layout.tree("params"), layout.tree("rest"), layout.tree("opt_state"))
+    return jax.jit(step_fn, donate_argnums=(0, 1, 2),
+                   in_shardings=(*states, layout.tree("batch"), layout.replicated,
+                                 layout.replicated),
+                   out_shardings=(*states, layout.replicated))
 
 
 def step_config(config: TrainConfig) -> TrainConfig:

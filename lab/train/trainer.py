@@ -13,6 +13,19 @@ at any point (SIGKILL included) and restarted ends with the same parameters and
 the same metrics file as an uninterrupted run, bit for bit (CPU). Without a
 workdir nothing touches the disk.
 
+On a device mesh (``Trainer(..., mesh=lab.parallel.make_mesh(data=2, model=4))``)
+the batch is split over the mesh's ``"data"`` axis, the parameters, the other
+model state and the optimizer state are laid out by :mod:`lab.parallel`'s
+partition rules (heads and the FFN width on ``"model"``; with ``fsdp=True`` also
+over ``"data"``, ZeRO-3 style), and the step is jitted with those shardings as
+explicit inputs and outputs (:class:`lab.train.step.StepLayout`); gradient
+accumulation splits each micro-batch over ``"data"``. Losses equal the unsharded
+run's up to float reassociation. Checkpoints are orbax's sharded saves; a run
+resumes on another mesh shape (the state is restored straight onto the new
+layout). With several processes (:func:`lab.parallel.initialize`) every process
+runs the same ``fit`` with the same ``batch_fn``, which returns the global
+batch. Without a mesh nothing of this runs and the numbers are those of one device.
+
 RNG: ``jax.random.key(config.seed)`` folded with the step (and with the
 micro-batch index under gradient accumulation) is passed to ``loss_fn`` as
 ``rng=`` when ``loss_fn`` takes a parameter named ``rng``.
@@ -31,12 +44,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from flax import nnx
+from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
+from lab import parallel
 from lab.atomic import write_text as atomic_write_text
 from lab.train.checkpoint import RunCheckpoints
 from lab.train.config import TrainConfig, make_optimizer
-from lab.train.step import compiled_step, step_config
+from lab.train.step import StepLayout, compiled_step, step_config
 
 LossFn = Callable[..., tuple[jax.Array, dict]]
 
@@ -64,6 +79,15 @@ class Trainer:
         ``rng`` parameter it receives a per-step key.
       config: a :class:`TrainConfig` or a mapping for ``TrainConfig.from_dict``.
       workdir: where metrics and checkpoints go; None keeps everything in memory.
+      mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis (e.g.
+        :func:`lab.parallel.make_mesh`) to train sharded on; None trains on the
+        default device, exactly as without the argument.
+      rules: ``(regex, PartitionSpec)`` partition rules (default
+        :data:`lab.parallel.RULES`, where an axis that does not divide a dimension
+        replicates it). Rules given here are strict: an axis that does not divide
+        the dimension it shards is a ValueError.
+      fsdp: also shard every parameter and its optimizer state over ``"data"``
+        (its largest dimension that the axis divides).
 
     Attributes:
       history: list of the metric records (``{"step": n, ...}``, ``n`` = updates
@@ -71,11 +95,21 @@ class Trainer:
     """
 
     def __init__(self, model: nnx.Module, loss_fn: LossFn, config: TrainConfig | Mapping,
-                 workdir: str | None = None):
+                 workdir: str | None = None, *, mesh: Mesh | None = None, rules=None,
+                 fsdp: bool = False):
         if not isinstance(config, TrainConfig):
             config = TrainConfig.from_dict(config)
         if not callable(loss_fn):
             raise ValueError(f"loss_fn={loss_fn!r} is not callable")
+        if mesh is None and (rules is not None or fsdp):
+            raise ValueError(f"Trainer(rules={'given' if rules is not None else None}, "
+                             f"fsdp={fsdp!r}) without a mesh; expected mesh= to shard on")
+        if mesh is not None and (not isinstance(mesh, Mesh) or "data" not in mesh.axis_names):
+            raise ValueError(f"Trainer(mesh={mesh!r}); expected a jax.sharding.Mesh with a "
+                             "'data' axis (lab.parallel.make_mesh)")
+        self.mesh = mesh
+        self.rules = rules
+        self.fsdp = bool(fsdp)
         self.model = model
         self.loss_fn = loss_fn
         self.config = config
@@ -98,14 +132,15 @@ class Trainer:
             buffers are reused by the next step).
         """
         cfg = self.config
-        graphdef, params, rest = nnx.split(self.model, nnx.Param, ...)
-        if cfg.precision != "float32":
-            self._check_master_weights(params)
-        # Own copies: the step donates its inputs, the caller's arrays stay alive.
-        params, rest = jax.tree.map(jnp.copy, (params, rest))
-        opt_state = make_optimizer(cfg).init(params)
-        key = jax.random.key(cfg.seed)
-        step = compiled_step(graphdef, self.loss_fn, step_config(cfg), _takes_rng(self.loss_fn))
+        graphdef, state = self._initial_state()
+        params, rest, opt_state, key = (state[k] for k in ("params", "rest", "opt_state", "rng"))
+        if self.mesh is None:
+            step = compiled_step(graphdef, self.loss_fn, step_config(cfg),
+                                 _takes_rng(self.loss_fn))
+            place_batch = lambda b: jax.tree.map(jnp.asarray, b)  # noqa: E731
+        else:
+            step, place_batch = self._sharded_step(
+                graphdef, jax.tree.map(lambda x: x.sharding, state))
 
         start, ckpt, log_file = 0, None, None
         self.history = []
@@ -115,9 +150,12 @@ class Trainer:
                 ckpt = RunCheckpoints(os.path.join(self.workdir, "checkpoints"),
                                       cfg.keep_checkpoints)
                 target = {"params": params, "rest": rest, "opt_state": opt_state, "rng": key}
+                target_shardings = jax.tree.map(lambda x: x.sharding, target)
                 restored = ckpt.restore_latest(target)
                 if restored is not None:
                     start, state, meta = restored
+                    if self.mesh is not None:  # onto this trainer's layout, whatever was saved
+                        state = parallel.place(state, target_shardings)
                     params, rest, opt_state = state["params"], state["rest"], state["opt_state"]
                     key = state["rng"]
                     self._check_resume(meta, start)
@@ -127,7 +165,7 @@ class Trainer:
             bar = tqdm(total=cfg.steps, initial=min(start, cfg.steps), disable=not cfg.progress,
                        desc="train", dynamic_ncols=True)
             for s in range(start, cfg.steps):
-                batch = jax.tree.map(jnp.asarray, batch_fn(s))
+                batch = place_batch(batch_fn(s))
                 params, rest, opt_state, metrics = step(params, rest, opt_state, batch,
                                                         jnp.int32(s), key)
                 done, final = s + 1, s + 1 == cfg.steps
@@ -150,7 +188,7 @@ class Trainer:
                                                    and done % cfg.checkpoint_every == 0)):
                     os.fsync(log_file.fileno())  # metrics up to `done` are durable first
                     ckpt.save(done, {"params": params, "rest": rest, "opt_state": opt_state,
-                                     "rng": key}, {"config": cfg.to_dict()})
+                                     "rng": key}, self._meta())
                 bar.update(1)
             bar.close()
         finally:
@@ -160,6 +198,101 @@ class Trainer:
                 ckpt.close()
         nnx.update(self.model, params, rest)
         return self.model
+
+    def initial_state(self) -> dict:
+        """The state a new ``fit`` starts from, placed as the step takes it.
+
+        ``{"params", "rest", "opt_state", "rng"}``: own copies of the model's
+        parameters and other state, the optimizer's initial state and the RNG key,
+        on the mesh's layout when the trainer has one (so
+        ``x.addressable_shards`` tell what each device holds).
+        """
+        return self._initial_state()[1]
+
+    def _initial_state(self) -> tuple[Any, dict]:
+        graphdef, params, rest = nnx.split(self.model, nnx.Param, ...)
+        if self.config.precision != "float32":
+            self._check_master_weights(params)
+        key = jax.random.key(self.config.seed)
+        if self.mesh is not None:
+            return graphdef, self._place(params, rest, key)
+        # Own copies: the step donates its inputs, the caller's arrays stay alive.
+        params, rest = jax.tree.map(jnp.copy, (params, rest))
+        opt_state = make_optimizer(self.config).init(params)
+        return graphdef, {"params": params, "rest": rest, "opt_state": opt_state, "rng": key}
+
+    def _meta(self) -> dict:
+        meta = {"config": self.config.to_dict()}
+        if self.mesh is not None:  # a record only: a run resumes on any mesh
+            meta["mesh"] = {str(k): int(v) for k, v in self.mesh.shape.items()}
+            meta["fsdp"] = self.fsdp
+        return meta
+
+    def _place(self, params, rest, key) -> dict:
+        """Lays out the run's state on the mesh (``initial_state``'s dict)."""
+        mesh, cfg = self.mesh, self.config
+        head_dim = getattr(getattr(self.model, "config", None), "head_dim", None)
+        rules = parallel.RULES if self.rules is None else self.rules
+
+        def shardings_of(tree):
+            return parallel.named(parallel.tree_specs(
+                tree, mesh, rules, head_dim=head_dim, fsdp=self.fsdp,
+                strict=self.rules is not None), mesh)
+
+        sh = {"params": shardings_of(params), "rest": shardings_of(rest)}
+        tx = make_optimizer(cfg)
+        sh["opt_state"] = shardings_of(jax.eval_shape(tx.init, params))
+        sh["rng"] = parallel.named(jax.sharding.PartitionSpec(), mesh)
+        placed = parallel.place({"params": params, "rest": rest, "rng": key},
+                                {k: sh[k] for k in ("params", "rest", "rng")})
+        # Own copies: the step donates its inputs, the caller's arrays stay alive.
+        own = jax.tree.map(lambda a, b: jnp.copy(b) if a is b else b,
+                           {"params": params, "rest": rest}, {k: placed[k] for k in
+                                                              ("params", "rest")})
+        opt_state = jax.jit(tx.init, out_shardings=sh["opt_state"])(own["params"])
+        return {"params": own["params"], "rest": own["rest"], "opt_state": opt_state,
+                "rng": placed["rng"]}
+
+    def _sharded_step(self, graphdef, shardings):
+        """``(step, place_batch)`` on the mesh: the step is compiled for each batch structure."""
+        mesh, cfg, pass_rng = self.mesh, step_config(self.config), _takes_rng(self.loss_fn)
+        steps: dict = {}
+        current = {}
+
+        def place_batch(batch):
+            batch = jax.tree.map(lambda x: x if isinstance(x, jax.Array) else np.asarray(x),
+                                 batch)
+            treedef = jax.tree.structure(batch)
+            if treedef not in steps:
+                specs = parallel.batch_specs(batch, mesh)
+                self._check_micro_batches(batch)
+                batch_sh = parallel.named(specs, mesh)
+                layout = StepLayout(mesh, *(StepLayout.flat(shardings[k]) for k in
+                                            ("params", "rest", "opt_state")),
+                                    StepLayout.flat(batch_sh))
+                steps[treedef] = (compiled_step(graphdef, self.loss_fn, cfg, pass_rng, layout),
+                                  batch_sh)
+            current["step"], batch_sh = steps[treedef]
+            return parallel.place(batch, batch_sh)
+
+        def step(*args):
+            return current["step"](*args)
+
+        return step, place_batch
+
+    def _check_micro_batches(self, batch) -> None:
+        """Each micro-batch of gradient accumulation is split over ``"data"`` as well."""
+        n, data = self.config.grad_accum, self.mesh.shape["data"]
+        if n == 1:
+            return
+        for path, x in jax.tree_util.tree_leaves_with_path(batch):
+            size = np.shape(x)[0] if np.ndim(x) else 0
+            if size % n == 0 and (size // n) % data:
+                raise ValueError(
+                    f"mesh axis 'data' (size {data}) does not divide the micro-batch dimension "
+                    f"of {jax.tree_util.keystr(path)} (size {size // n} = batch {size} / "
+                    f"TrainConfig.grad_accum={n}); expected a batch that is a multiple of "
+                    f"{n * data}")
 
     def _check_master_weights(self, params) -> None:
         """Mixed precision keeps float32 master weights: every float parameter must be one."""

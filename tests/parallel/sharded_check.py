@@ -95,7 +95,10 @@ def main(meshes):
         }
         if "gen" in checks:
             t0 = timer()
-            gen = jax.device_get(_generate(sharded, prompts))
+            gen = _generate(sharded, prompts)
+            spec = gen.tokens.sharding.spec  # the rows' axis: split over "data"?
+            res["gen_rows"] = str(spec[0]) if len(spec) else "None"
+            gen = jax.device_get(gen)
             res["tokens_equal"] = bool(np.array_equal(gen.tokens, ref_gen.tokens))
             res["logprob_diff"] = float(np.abs(gen.logprobs - ref_gen.logprobs).max())
             res["cpu_s"]["generate"] = timer() - t0

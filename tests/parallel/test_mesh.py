@@ -1,7 +1,8 @@
 """lab.parallel.initialize: reads the multi-host environment and calls jax.distributed.initialize.
 
-A real multi-host start cannot run here; the call is recorded instead, so the
-tests check what would be passed to JAX and which environments are refused.
+Here the call is recorded instead, so the tests check what would be passed to
+JAX and which environments are refused; test_sharded_train.py starts two real
+processes on localhost through it.
 """
 
 from __future__ import annotations

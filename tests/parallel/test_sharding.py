@@ -25,9 +25,9 @@ from lab.nn import Transformer, TransformerConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ATOL = 1e-5
-# Forward on every mesh; generation on the two that split the model; gradients on the mixed one.
+# Forward and generation on every mesh; gradients on the mixed one.
 # Loading a checkpoint straight onto the mesh (lab.hf) is checked on the mixed one too.
-REQUESTS = ["8x1", "2x4+gen+grad+hf", "1x8+gen"]
+REQUESTS = ["8x1+gen", "2x4+gen+grad+hf", "1x8+gen"]
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +72,18 @@ def test_weights_are_split_as_the_rules_say(measured):
     assert r["qkv"]["shard"] == [64, 4, 4, 8] and r["logits_spec"] == "P('data',)"
 
 
-@pytest.mark.parametrize("mesh", ["2x4", "1x8"])
+@pytest.mark.parametrize("mesh", ["8x1", "2x4", "1x8"])
 def test_sharded_generate_equals_unsharded(measured, mesh):
     res = measured[mesh]
     assert res["tokens_equal"]
     assert res["logprob_diff"] < ATOL
+
+
+def test_generate_splits_the_batch_over_data(measured):
+    # 8 rows over data=8 and data=2: each data group decodes its own rows.
+    assert measured["8x1"]["gen_rows"] == "data"
+    assert measured["2x4"]["gen_rows"] == "data"
+    assert measured["1x8"]["gen_rows"] == "None"  # one data group: every device has every row
 
 
 def test_sharded_gradients_equal_unsharded(measured):
@@ -90,8 +97,9 @@ def test_checkpoint_loads_straight_onto_the_mesh(measured):
 
 
 def test_batch_not_divisible_by_data_axis_is_named(measured):
-    assert measured["odd_batch_error"] == ("['inputs'] has batch size 3, not a multiple of the "
-                                           "mesh's data axis (2)")
+    assert measured["odd_batch_error"] == ("mesh axis 'data' (size 2) does not divide the batch "
+                                           "dimension of ['inputs'] (size 3); expected a batch "
+                                           "that is a multiple of 2")
 
 
 CONFIG = TransformerConfig(vocab_size=128, d_model=64, n_layers=2, n_heads=8, n_kv_heads=4,

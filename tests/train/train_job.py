@@ -1,9 +1,10 @@
 """A small training run shared by the resume tests (not a test module).
 
-``python -m tests.train.train_job WORKDIR [SLEEP [PRECISION]]`` trains the tiny
-model of :func:`build` in WORKDIR (sleeping SLEEP seconds per batch so that a
+``python -m tests.train.train_job WORKDIR [SLEEP [PRECISION [MESH]]]`` trains the
+tiny model of :func:`build` in WORKDIR (sleeping SLEEP seconds per batch so that a
 test can kill it mid-run; ``TRAIN`` with ``precision=PRECISION``, default
-float32) and, when done, writes the final parameters to ``WORKDIR/final.npz``.
+float32; on a ``DATAxMODEL`` device mesh such as ``4x2`` when MESH is given) and,
+when done, writes the final parameters to ``WORKDIR/final.npz``.
 """
 
 from __future__ import annotations
@@ -43,13 +44,18 @@ def leaves(model: nnx.Module) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
 
 
-def main(workdir: str, sleep: float = 0.0, precision: str = "float32") -> None:
+def main(workdir: str, sleep: float = 0.0, precision: str = "float32",
+         mesh: str | None = None) -> None:
     def slow_batch_fn(step):
         time.sleep(sleep)
         return batch_fn(step)
 
-    model = Trainer(build(), sft_loss, TRAIN.replace(precision=precision), workdir=workdir).fit(
-        slow_batch_fn if sleep else batch_fn)
+    if mesh is not None:
+        from lab import parallel
+
+        mesh = parallel.make_mesh(*(int(v) for v in mesh.split("x")))
+    model = Trainer(build(), sft_loss, TRAIN.replace(precision=precision), workdir=workdir,
+                    mesh=mesh).fit(slow_batch_fn if sleep else batch_fn)
     tmp = os.path.join(workdir, "final.tmp.npz")
     np.savez(tmp, *leaves(model))
     os.replace(tmp, os.path.join(workdir, "final.npz"))
@@ -57,4 +63,5 @@ def main(workdir: str, sleep: float = 0.0, precision: str = "float32") -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.0,
-         sys.argv[3] if len(sys.argv) > 3 else "float32")
+         sys.argv[3] if len(sys.argv) > 3 else "float32",
+         sys.argv[4] if len(sys.argv) > 4 else None)
