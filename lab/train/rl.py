@@ -42,14 +42,17 @@ papers:
 * KL (GRPO eq. 4 = Schulman 2020, "Approximating KL divergence", ``k3``):
   ``pi_ref / pi - log(pi_ref / pi) - 1``, or ``k1 = log(pi / pi_ref)``.
 
-Log-probabilities are the model's untempered ones (``generate``'s convention), so the
-ratio is exactly 1 on the first update of each rollout. With a ``workdir`` the run
-writes ``metrics.jsonl`` (one record per ``log_every`` steps: reward, per-function
-rewards, success, no_answer, KL, clip fractions, completion length, ...) and orbax
-checkpoints (:class:`lab.train.RunCheckpoints`: parameters, optimizer state, the
-reference, the controllers' state), and a new ``fit`` in the same workdir resumes
-from the newest intact checkpoint and ends with the same parameters and metrics as an
-uninterrupted run (CPU).
+The policy's log-probabilities are taken at the sampling temperature,
+``log softmax(logits / temperature)`` (as trl's ``_get_per_token_logps``), so the
+gradient is that of the distribution the completions were drawn from (top-p / top-k
+truncation aside, as in trl), and the ratio is 1 on the first update of each rollout.
+
+With a ``workdir`` the run writes ``metrics.jsonl`` (one record per ``log_every``
+steps: reward, per-function rewards, success, no_answer, KL, clip fractions,
+completion length, ...) and orbax checkpoints (:class:`lab.train.RunCheckpoints`:
+parameters, optimizer state, the reference, the controllers' state), and a new
+``fit`` in the same workdir resumes from the newest intact checkpoint and ends with
+the same parameters and metrics as an uninterrupted run (CPU).
 """
 
 from __future__ import annotations
@@ -76,7 +79,12 @@ from lab.data import step_indices
 from lab.train import rewards as rewards_lib
 from lab.train.checkpoint import RunCheckpoints
 from lab.train.config import TrainConfig, make_optimizer
-from lab.train.losses import AGGREGATIONS, KL_ESTIMATORS, policy_gradient_loss, token_logprobs
+from lab.train.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    logprobs_from_logits,
+    policy_gradient_loss,
+)
 from lab.train.step import compiled_step, step_config
 
 SCALE_REWARDS = ("group", "batch", "none")
@@ -341,10 +349,11 @@ class GRPOLoss:
     clip_eps_high: float | None = None
     kl_estimator: str = "k3"
     aggregation: str = "sequence"
+    temperature: float = 1.0
 
     def __call__(self, model, batch: dict) -> tuple[jax.Array, dict]:
-        logp = token_logprobs(model, batch["inputs"], batch["targets"],
-                              attention_mask=batch["valid"])
+        logp = _tempered_logprobs(model, batch["inputs"], batch["targets"], batch["valid"],
+                                  self.temperature)
         return policy_gradient_loss(
             logp, batch.get("old_logp"), batch.get("ref_logp"), batch["advantages"],
             batch["mask"], clip_eps=self.clip_eps, clip_eps_high=self.clip_eps_high,
@@ -352,16 +361,28 @@ class GRPOLoss:
             kl_estimator=self.kl_estimator, aggregation=self.aggregation)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _logprobs_jit(graphdef, states, inputs, targets, valid):
-    return token_logprobs(nnx.merge(graphdef, *states), inputs, targets, attention_mask=valid)
+def _tempered_logprobs(model, inputs, targets, valid, temperature: float):
+    """``log softmax(logits / temperature)[targets]``: the sampling distribution's
+    log-probabilities (trl's ``_get_per_token_logps`` divides by the temperature too)."""
+    logits = model(inputs, mask=valid)
+    if temperature not in (0.0, 1.0):
+        logits = logits.astype(jnp.float32) / temperature
+    return logprobs_from_logits(logits, targets)
 
 
-def sequence_logprobs(model, batch: Mapping[str, np.ndarray]) -> jax.Array:
-    """``log p(targets | inputs)`` ``[B, T]`` under ``model``, the loss's own forward."""
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _logprobs_jit(graphdef, states, inputs, targets, valid, temperature):
+    return _tempered_logprobs(nnx.merge(graphdef, *states), inputs, targets, valid, temperature)
+
+
+def sequence_logprobs(model, batch: Mapping[str, np.ndarray],
+                      temperature: float = 1.0) -> jax.Array:
+    """``log p(targets | inputs)`` ``[B, T]`` under ``model`` at ``temperature`` (the
+    loss's own forward)."""
     graphdef, state = nnx.split(model)
     return _logprobs_jit(graphdef, (state,), jnp.asarray(batch["inputs"]),
-                         jnp.asarray(batch["targets"]), jnp.asarray(batch["valid"]))
+                         jnp.asarray(batch["targets"]), jnp.asarray(batch["valid"]),
+                         float(temperature))
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -588,7 +609,8 @@ class RLTrainer:
         ref = jax.tree.map(jnp.copy, params) if cfg.uses_reference else None
         opt_state = make_optimizer(tcfg).init(params)
         key = jax.random.key(cfg.seed)
-        loss_fn = GRPOLoss(cfg.clip_eps, cfg.clip_eps_high, cfg.kl_estimator, cfg.aggregation)
+        loss_fn = GRPOLoss(cfg.clip_eps, cfg.clip_eps_high, cfg.kl_estimator, cfg.aggregation,
+                           _policy_temperature(cfg))
         step_fn = compiled_step(graphdef, loss_fn, step_config(tcfg), False)
         controller = {"kl_coef": float(cfg.kl_coef), "success": {}}
 
@@ -679,9 +701,11 @@ class RLTrainer:
         batch["kl_coef"] = (controller["kl_coef"] * kl_scale).astype(np.float32)
         if ref is not None:
             batch["ref_logp"] = np.asarray(_logprobs_jit(
-                graphdef, (ref, rest), batch["inputs"], batch["targets"], batch["valid"]))
+                graphdef, (ref, rest), batch["inputs"], batch["targets"], batch["valid"],
+                _policy_temperature(cfg)))
         if cfg.epochs * cfg.minibatches > 1:
-            batch["old_logp"] = np.asarray(sequence_logprobs(model, batch))
+            batch["old_logp"] = np.asarray(sequence_logprobs(model, batch,
+                                                             _policy_temperature(cfg)))
         t2 = time.perf_counter()
         size = batch["inputs"].shape[0] // cfg.minibatches
         metrics = []
@@ -736,6 +760,12 @@ class RLTrainer:
                     kept.append(record)
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
         return kept
+
+
+def _policy_temperature(cfg: RLConfig) -> float:
+    """The temperature the policy's log-probabilities are taken at: the sampling one
+    (greedy sampling, temperature 0, trains the untempered model)."""
+    return float(cfg.temperature) if cfg.temperature > 0 else 1.0
 
 
 def _run_state(params, rest, opt_state, key, ref) -> dict:
