@@ -93,18 +93,21 @@ def kl_penalty(logp: jax.Array, ref_logp: jax.Array, estimator: str) -> jax.Arra
 
 def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
                          ref_logp: jax.Array | None, advantages: jax.Array, mask: jax.Array, *,
-                         clip_eps: float = 0.2, kl_coef: float = 0.0, kl_estimator: str = "k3",
-                         aggregation: str = "sequence") -> tuple[jax.Array, dict]:
+                         clip_eps: float = 0.2, kl_coef: float | jax.Array = 0.0,
+                         kl_estimator: str = "k3", aggregation: str = "sequence",
+                         clip_eps_high: float | None = None) -> tuple[jax.Array, dict]:
     """GRPO's clipped policy-gradient objective with a KL penalty, as a loss to minimise.
 
     Per token ``t`` of sequence ``b``, with ``r = exp(logp - old_logp)``::
 
-        J = min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps) * A) - kl_coef * KL
+        J = min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps_high) * A) - kl_coef * KL
 
     and ``loss = -mean(J)`` over the masked tokens: with ``aggregation="sequence"``
     (GRPO, Shao et al. 2024, eq. 3) the mean over each sequence's tokens, then over
     sequences; with ``"token"`` (DAPO's token-level mean) one mean over every
-    masked token of the batch.
+    masked token of the batch. ``clip_eps_high`` (default ``clip_eps``) is DAPO's
+    clip-higher (Yu et al. 2025, ``J_DAPO``'s ``clip(r, 1 - eps_low, 1 + eps_high)``;
+    the paper uses 0.2 and 0.28).
 
     Args:
       logp: ``[B, T]`` log-probs of the sampled tokens under the policy being trained.
@@ -113,11 +116,17 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
       ref_logp: ``[B, T]`` log-probs under the reference policy, or None (no KL term).
       advantages: ``[B]`` (one per sequence) or ``[B, T]``.
       mask: ``[B, T]``, 1 on the completion tokens that count.
-      clip_eps: the ratio clip; kl_coef: the KL weight; kl_estimator: ``"k1"`` or ``"k3"``.
+      clip_eps: the ratio clip (below 1); clip_eps_high: above 1 (None = ``clip_eps``).
+      kl_coef: the KL weight, a number or an array (traced values allowed) of shape
+        ``[]`` or ``[B]`` (one weight per sequence); kl_estimator: ``"k1"`` or ``"k3"``.
 
     Returns:
-      ``(loss, {"loss", "pg_loss", "kl", "clip_frac", "ratio", "tokens",
-      "loss_weight"})``; the metrics are masked token means, ``loss_weight`` is
+      ``(loss, {"loss", "pg_loss", "kl", "clip_frac", "clip_low", "clip_high", "ratio",
+      "tokens", "loss_weight"})``; the metrics are masked token means (``clip_frac``:
+      ratio outside ``[1 - clip_eps, 1 + clip_eps_high]``; ``clip_low`` / ``clip_high``:
+      trl's ``clip_ratio/low_mean`` / ``high_mean``, the tokens where the clip binds,
+      ``r < 1 - clip_eps`` with ``A < 0`` / ``r > 1 + clip_eps_high`` with ``A > 0``),
+      ``loss_weight`` is
       what the loss averages over (non-empty sequences, or tokens), which the
       Trainer uses to weight micro-batches under gradient accumulation.
     """
@@ -125,12 +134,21 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
         raise ValueError(f"kl_estimator={kl_estimator!r}; expected one of {KL_ESTIMATORS}")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation={aggregation!r}; expected one of {AGGREGATIONS}")
-    if clip_eps < 0 or kl_coef < 0:
-        raise ValueError(f"clip_eps={clip_eps} and kl_coef={kl_coef} must be >= 0")
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    number = isinstance(kl_coef, (int, float))
+    if clip_eps < 0 or high < 0 or (number and kl_coef < 0):
+        raise ValueError(f"clip_eps={clip_eps}, clip_eps_high={clip_eps_high} and "
+                         f"kl_coef={kl_coef} must be >= 0")
     if logp.ndim != 2 or mask.shape != logp.shape:
         raise ValueError(f"logp {logp.shape} and mask {mask.shape} must both be [B, T]")
-    if ref_logp is None and kl_coef:
+    if ref_logp is None and (not number or kl_coef):
         raise ValueError(f"kl_coef={kl_coef} needs ref_logp (got None)")
+    beta = jnp.asarray(kl_coef, jnp.float32)
+    if beta.ndim == 1:
+        beta = beta[:, None]
+    if beta.shape not in ((), (logp.shape[0], 1)):
+        raise ValueError(f"kl_coef has shape {jnp.shape(kl_coef)}; expected [] or "
+                         f"[{logp.shape[0]}]")
     adv = jnp.asarray(advantages, jnp.float32)
     if adv.ndim == 1:
         adv = adv[:, None]
@@ -141,11 +159,11 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
     old = jax.lax.stop_gradient(logp if old_logp is None else old_logp.astype(jnp.float32))
     mask = mask.astype(jnp.float32)
     ratio = jnp.exp(logp - old)
-    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + high)
     surrogate = jnp.minimum(ratio * adv, clipped * adv)
     kl = (jnp.zeros_like(logp) if ref_logp is None
           else kl_penalty(logp, jax.lax.stop_gradient(ref_logp.astype(jnp.float32)), kl_estimator))
-    per_token = -(surrogate - kl_coef * kl)
+    per_token = -(surrogate - beta * kl)
 
     tokens = jnp.sum(mask)
 
@@ -161,9 +179,12 @@ def policy_gradient_loss(logp: jax.Array, old_logp: jax.Array | None,
     else:
         loss = token_mean(per_token)
         weight = tokens
-    is_clipped = (jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)
+    is_clipped = ((ratio < 1.0 - clip_eps) | (ratio > 1.0 + high)).astype(jnp.float32)
+    low = ((ratio < 1.0 - clip_eps) & (adv < 0)).astype(jnp.float32)
+    up = ((ratio > 1.0 + high) & (adv > 0)).astype(jnp.float32)
     return loss, {"loss": loss, "pg_loss": token_mean(-surrogate), "kl": token_mean(kl),
-                  "clip_frac": token_mean(is_clipped), "ratio": token_mean(ratio),
+                  "clip_frac": token_mean(is_clipped), "clip_low": token_mean(low),
+                  "clip_high": token_mean(up), "ratio": token_mean(ratio),
                   "tokens": tokens, "loss_weight": weight}
 
 
