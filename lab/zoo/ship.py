@@ -32,8 +32,15 @@ from lab import host
 from lab.data import ByteTokenizer
 from lab.zoo.evaluate import evaluate
 from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec
-from lab.zoo.store import entry_keys, flatten_params, model_from_flat, read_entry, shipped_dir
-from lab.zoo.store import write_entry, zoo_dir
+from lab.zoo.store import (
+    entry_keys,
+    flatten_params,
+    model_from_flat,
+    read_entry,
+    shipped_dir,
+    write_entry,
+    zoo_dir,
+)
 from lab.zoo.train import build_data, held_out_pool, per_task_indices
 
 COMPACT = ("float16",)  # tried in order; float32 when none keeps the held-out metrics

@@ -10,13 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
+from experiments.reproduce import discover
 from lab import zoo
 from lab.data import ByteTokenizer
 from lab.zoo import ship, store
 from lab.zoo.store import MANIFEST_FILE, METRICS_FILE, SPEC_FILE, entry_keys, flatten_params
 from lab.zoo.train import held_out_pool
-
-from experiments.reproduce import discover
 
 SHIPPED = entry_keys(store.SHIPPED_DIR)
 TINY = zoo.get_spec("lm-test")
