@@ -74,9 +74,12 @@ def check_rows(spec: ZooSpec):
     return indices, pool.select(indices), held_out
 
 
-def ship(name: str, *, cache_dir: str | None = None, force: bool = False) -> dict:
+def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
+         trained_here: bool = False) -> dict:
     """Ships the cache entry of ``name``'s current key; returns ``{"name", "key", "status"``
-    (``"shipped"`` or ``"unchanged"``), ``"dtype"``, ``"bytes"}``."""
+    (``"shipped"`` or ``"unchanged"``), ``"dtype"``, ``"bytes"}``. ``trained_here``: an entry
+    whose metrics predate the host record was trained on this host (checked by retraining
+    it here bit for bit): record this host as its training host."""
     if name not in NAMED:
         raise ValueError(f"zoo model {name!r} is unknown; expected one of {sorted(NAMED)}")
     spec = NAMED[name]
@@ -110,7 +113,10 @@ def ship(name: str, *, cache_dir: str | None = None, force: bool = False) -> dic
                "check": {"per_task": CHECK_PER_TASK, "pool_indices": indices,
                          "exact_match": {t: v["exact_match"] for t, v in checked.items()},
                          "token_accuracy": {t: v["token_accuracy"] for t, v in checked.items()}}}
-    if "host" not in metrics:  # entries trained before the host was recorded
+    if "host" not in metrics and trained_here:  # entries trained before the host was recorded
+        metrics = {**metrics, "host": host.describe()}
+        shipped["host_of_training"] = "recorded at shipping: retrained here bit for bit"
+    elif "host" not in metrics:
         shipped["host_of_training"] = "not recorded; shipped_on is the host that shipped it"
     metrics = {**metrics, "held_out": result, "shipped": shipped}
     write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
@@ -129,6 +135,9 @@ def _bytes(path: str) -> int:
 _CACHE_DIR = flags.DEFINE_string("cache_dir", None, "Zoo cache to ship from (default "
                                  "$LAB_CACHE/zoo).")
 _FORCE = flags.DEFINE_bool("force", False, "Rewrite an entry already shipped under its key.")
+_TRAINED_HERE = flags.DEFINE_bool(
+    "trained_here", False, "Record this host as the training host of entries whose metrics "
+    "predate the host record (only after retraining them here bit for bit).")
 
 
 def main(argv):
@@ -136,7 +145,8 @@ def main(argv):
     if not names:
         sys.exit(f"usage: python -m lab.zoo.ship NAME [NAME ...]; names: {sorted(NAMED)}")
     for name in names:
-        r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value)
+        r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value,
+                 trained_here=_TRAINED_HERE.value)
         print(f"{r['name']}: {r['status']} {r['key']} ({r.get('dtype', 'as before')}, "
               f"{r['bytes'] / 1e6:.2f} MB)")
 
