@@ -74,7 +74,6 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from lab import infer
-from lab.atomic import write_text as atomic_write_text
 from lab.data import step_indices
 from lab.train import rewards as rewards_lib
 from lab.train.checkpoint import RunCheckpoints
@@ -85,6 +84,7 @@ from lab.train.losses import (
     logprobs_from_logits,
     policy_gradient_loss,
 )
+from lab.train.runlog import log_update, truncate_metrics
 from lab.train.step import compiled_step, step_config
 
 SCALE_REWARDS = ("group", "batch", "none")
@@ -542,11 +542,6 @@ def group_ids(rows: Sequence[Mapping], group_size: int, group_by: str, scale: st
 # ----------------------------------------------------------------------------- the loop
 
 
-def _to_python(x) -> Any:
-    arr = np.asarray(x)
-    return arr.item() if arr.ndim == 0 else arr.tolist()
-
-
 class RLTrainer:
     """GRPO-style RL on a Lab Transformer (see the module docstring for one step).
 
@@ -629,7 +624,7 @@ class RLTrainer:
                     controller = meta["controller"]
                     logging.info("Resuming RL from checkpoint step %d in %s", start,
                                  self.workdir)
-                self.history = self._truncate_metrics(start)
+                self.history = truncate_metrics(self.metrics_path, start)
                 log_file = open(self.metrics_path, "a")  # noqa: SIM115 - closed in finally
 
             bar = tqdm(total=cfg.steps, initial=min(start, cfg.steps), disable=not cfg.progress,
@@ -642,19 +637,14 @@ class RLTrainer:
                 done, final = s + 1, s + 1 == cfg.steps
                 if not (done % cfg.log_every == 0 or final):
                     record = {}
-                if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0
-                                                               or final):
-                    result = eval_fn(nnx.merge(graphdef, params, rest), done)
-                    record.update({f"eval/{k}": _to_python(v) for k, v in dict(result).items()})
-                if record:
-                    record = {"step": done, **record}
-                    self.history.append(record)
-                    if log_file is not None:
-                        log_file.write(json.dumps(record) + "\n")
-                        log_file.flush()
-                    if "reward" in record:
-                        bar.set_postfix(reward=f"{record['reward']:.3f}",
-                                        kl=f"{record['kl']:.3g}", refresh=False)
+                record = log_update(
+                    done, record, eval_fn=eval_fn,
+                    eval_due=bool(cfg.eval_every) and (done % cfg.eval_every == 0 or final),
+                    model_fn=lambda: nnx.merge(graphdef, params, rest),  # noqa: B023
+                    history=self.history, log_file=log_file)
+                if "reward" in record:
+                    bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.3g}",
+                                    refresh=False)
                 if ckpt is not None and (final or (cfg.checkpoint_every
                                                    and done % cfg.checkpoint_every == 0)):
                     os.fsync(log_file.fileno())
@@ -743,23 +733,6 @@ class RLTrainer:
             "pg_loss": mean["pg_loss"], "grad_norm": mean["grad_norm"], "lr": mean["lr"],
         }
         return params, rest, opt_state, record
-
-    def _truncate_metrics(self, step: int) -> list[dict]:
-        """Keeps the records of ``metrics.jsonl`` up to ``step`` (as the Trainer does)."""
-        path = self.metrics_path
-        if not os.path.exists(path):
-            return []
-        kept = []
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(record, dict) and record.get("step", step + 1) <= step:
-                    kept.append(record)
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
-        return kept
 
 
 def _policy_temperature(cfg: RLConfig) -> float:

@@ -34,7 +34,6 @@ micro-batch index under gradient accumulation) is passed to ``loss_fn`` as
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,9 +47,9 @@ from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from lab import parallel
-from lab.atomic import write_text as atomic_write_text
 from lab.train.checkpoint import RunCheckpoints
 from lab.train.config import TrainConfig, make_optimizer
+from lab.train.runlog import log_update, to_python, truncate_metrics
 from lab.train.step import StepLayout, compiled_step, step_config
 
 LossFn = Callable[..., tuple[jax.Array, dict]]
@@ -61,11 +60,6 @@ def _takes_rng(fn: Callable) -> bool:
         return "rng" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _to_python(x) -> Any:
-    arr = np.asarray(x)
-    return arr.item() if arr.ndim == 0 else arr.tolist()
 
 
 class Trainer:
@@ -159,7 +153,7 @@ class Trainer:
                     params, rest, opt_state = state["params"], state["rest"], state["opt_state"]
                     key = state["rng"]
                     self._check_resume(meta, start)
-                self.history = self._truncate_metrics(start)
+                self.history = truncate_metrics(self.metrics_path, start)
                 log_file = open(self.metrics_path, "a")  # noqa: SIM115 - closed in finally
 
             bar = tqdm(total=cfg.steps, initial=min(start, cfg.steps), disable=not cfg.progress,
@@ -171,19 +165,14 @@ class Trainer:
                 done, final = s + 1, s + 1 == cfg.steps
                 record = {}
                 if done % cfg.log_every == 0 or final:
-                    record.update({k: _to_python(v) for k, v in jax.device_get(metrics).items()})
-                if eval_fn is not None and cfg.eval_every and (done % cfg.eval_every == 0
-                                                               or final):
-                    result = eval_fn(nnx.merge(graphdef, params, rest), done)
-                    record.update({f"eval/{k}": _to_python(v) for k, v in dict(result).items()})
-                if record:
-                    record = {"step": done, **record}
-                    self.history.append(record)
-                    if log_file is not None:
-                        log_file.write(json.dumps(record) + "\n")
-                        log_file.flush()
-                    if "loss" in record:
-                        bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
+                    record = {k: to_python(v) for k, v in jax.device_get(metrics).items()}
+                record = log_update(
+                    done, record, eval_fn=eval_fn,
+                    eval_due=bool(cfg.eval_every) and (done % cfg.eval_every == 0 or final),
+                    model_fn=lambda: nnx.merge(graphdef, params, rest),  # noqa: B023
+                    history=self.history, log_file=log_file)
+                if "loss" in record:
+                    bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
                 if ckpt is not None and (final or (cfg.checkpoint_every
                                                    and done % cfg.checkpoint_every == 0)):
                     os.fsync(log_file.fileno())  # metrics up to `done` are durable first
@@ -319,20 +308,3 @@ class Trainer:
             logging.warning("The checkpoint in %s is at step %d, past TrainConfig.steps=%d; "
                             "returning it without training.", self.workdir, step,
                             self.config.steps)
-
-    def _truncate_metrics(self, step: int) -> list[dict]:
-        """Keeps the records of ``metrics.jsonl`` up to ``step``; returns them."""
-        path = self.metrics_path
-        if not os.path.exists(path):
-            return []
-        kept = []
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a kill
-                    continue
-                if isinstance(record, dict) and record.get("step", step + 1) <= step:
-                    kept.append(record)
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
-        return kept
