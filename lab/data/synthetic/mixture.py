@@ -12,9 +12,11 @@ from lab.data.synthetic.arithmetic import arithmetic
 from lab.data.synthetic.base import COMMON_COLUMNS, check_n
 from lab.data.synthetic.copy import copy
 from lab.data.synthetic.icl import icl_classification
+from lab.data.synthetic.image import image_qa
 from lab.data.synthetic.kv_retrieval import kv_retrieval
 from lab.data.synthetic.long_context import needle, variable_tracking
 from lab.data.synthetic.recall import associative_recall
+from lab.data.synthetic.video import video_qa
 
 GENERATORS = {
     "arithmetic": arithmetic,
@@ -24,6 +26,8 @@ GENERATORS = {
     "icl_classification": icl_classification,
     "copy": copy,
     "associative_recall": associative_recall,
+    "video_qa": video_qa,
+    "image_qa": image_qa,
 }
 
 

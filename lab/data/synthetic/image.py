@@ -1,0 +1,141 @@
+"""Fine-grained perception: a small target among many distractors in a high-resolution image.
+
+The target is a few pixels tall on a ``size x size`` canvas (``object_size``,
+7 px on 128 px by default): at full resolution its shape or digit is legible;
+area-downsampled to ``low_size`` (:func:`downsample`, 32 px by default) it
+covers about two pixels and only its colour survives. A model can be compared
+at the two resolutions on the same questions (the V* / "high-resolution
+perception" setting, Wu & Xie 2024).
+
+Question types:
+
+- ``identify``: "What is the red object?" (the only red one); options are
+  kinds (shapes and digits), so the answer needs the target's form.
+- ``colour``: "What colour is the triangle?" (the only triangle); the
+  distractors are other kinds, so finding it needs the form, answering needs
+  the colour.
+
+The answer and the wrong options are drawn uniformly from their pools and the
+options shuffled (:func:`lab.data.synthetic.render.multiple_choice`), so the
+question text and the option letters carry no signal;
+``tests/data/test_video_image.py`` measures it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import datasets
+import numpy as np
+
+from lab.data.synthetic.base import answer_line, as_range, check_n, to_dataset
+from lab.data.synthetic.render import (
+    COLOUR_NAMES,
+    KINDS,
+    LETTERS,
+    check_images,
+    check_n_options,
+    glyph_shape,
+    kind_name,
+    multiple_choice,
+    place,
+    render,
+)
+
+IMAGE_QUESTION_TYPES = ("identify", "colour")
+
+
+def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
+             question_types: Sequence[str] = IMAGE_QUESTION_TYPES, distractors=(8, 16),
+             object_size=7, noise: float = 0.0, n_options: int = 4) -> datasets.Dataset:
+    """``n`` images of ``size x size`` pixels, one multiple-choice question each.
+
+    ``object_size`` (int or ``(lo, hi)``) is every object's height in pixels;
+    ``distractors`` (int or ``(lo, hi)``) how many non-target objects;
+    ``low_size`` (a divisor of ``size``) the resolution :func:`render_images`
+    gives with ``low=True``; ``noise`` the std of Gaussian pixel noise.
+
+    Columns: the common ones (``answer`` the option letter; ``difficulty =
+    ceil(log2(size / target height)) + distractors // 4 + (noise > 0)``),
+    ``question``, ``options``, ``answer_index``, ``question_type``,
+    ``objects`` (drawing order, the target last), ``target_box`` (``[x, y, w,
+    h]`` in full-resolution pixels), ``n_distractors``, ``size``,
+    ``low_size``, ``frames`` (1), ``noise``, ``noise_seed``.
+    """
+    check_n(n, seed)
+    if not isinstance(size, (int, np.integer)) or not 16 <= size <= 4096:
+        raise ValueError(f"size={size!r}; expected an int in [16, 4096] (pixels per side)")
+    if not isinstance(low_size, (int, np.integer)) or low_size < 1 or size % low_size:
+        raise ValueError(f"low_size={low_size!r}; expected a positive divisor of size={size}")
+    qts = (question_types,) if isinstance(question_types, str) else tuple(question_types)
+    if not qts or any(q not in IMAGE_QUESTION_TYPES for q in qts):
+        raise ValueError(f"question_types={question_types!r}; expected a non-empty subset of "
+                         f"{IMAGE_QUESTION_TYPES}")
+    osz = as_range("object_size", object_size, 3, size)
+    d_rng = as_range("distractors", distractors, 0)
+    if not isinstance(noise, (int, float)) or noise < 0:
+        raise ValueError(f"noise={noise!r}; expected a float >= 0 (pixel std, 0-255 units)")
+    check_n_options(n_options, len(COLOUR_NAMES), "colours")
+    rng = np.random.default_rng([seed, 606])
+    types = [qts[int(i)] for i in rng.permutation(np.arange(n) % len(qts))]
+    rows = []
+    for qt in types:
+        kind, colour = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
+        target = place(rng, kind, colour, (0, 1), size, osz, [], 0.0)
+        if qt == "identify":
+            question = f"What is the {COLOUR_NAMES[colour]} object?"
+            pool = [k for k in range(len(KINDS)) if k != kind]
+            correct, wrong = kind_name(kind), [kind_name(int(k)) for k in rng.choice(
+                pool, size=n_options - 1, replace=False)]
+        else:
+            question = f"What colour is the {kind_name(kind)}?"
+            pool = [c for c in range(len(COLOUR_NAMES)) if c != colour]
+            correct, wrong = COLOUR_NAMES[colour], [COLOUR_NAMES[int(c)] for c in rng.choice(
+                pool, size=n_options - 1, replace=False)]
+        nd = int(rng.integers(d_rng[0], d_rng[1] + 1))
+        objects: list[dict] = []
+        while len(objects) < nd:
+            k, c = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
+            if (qt == "identify" and c == colour) or (qt == "colour" and k == kind):
+                continue
+            objects.append(place(rng, k, c, (0, 1), size, osz, objects + [target], 0.0))
+        options, answer, prompt = multiple_choice(rng, correct, wrong, question)
+        h, w = glyph_shape(target["kind"], target["size"])
+        rows.append({
+            "prompt": prompt, "completion": answer_line(LETTERS[answer]),
+            "answer": LETTERS[answer],
+            "difficulty": max(0, math.ceil(math.log2(size / target["size"]))) + nd // 4
+            + int(noise > 0),
+            "task": "image_qa", "question": question, "options": options,
+            "answer_index": answer, "question_type": qt, "objects": objects + [target],
+            "target_box": [target["x0"], target["y0"], w, h], "n_distractors": nd,
+            "size": int(size), "low_size": int(low_size), "frames": 1, "noise": float(noise),
+            "noise_seed": int(rng.integers(2**31)),
+        })
+    return to_dataset(rows)
+
+
+def downsample(images, factor: int) -> np.ndarray:
+    """Area (box-filter) downsampling of ``uint8 [..., H, W, 3]`` by an integer ``factor``."""
+    arr = np.asarray(images)
+    check_images(arr, "images", ndim=max(arr.ndim, 3))
+    h, w = arr.shape[-3:-1]
+    if not isinstance(factor, (int, np.integer)) or factor < 1 or h % factor or w % factor:
+        raise ValueError(f"factor={factor!r}; expected a positive int dividing H={h} and W={w}")
+    lead = arr.shape[:-3]
+    blocks = arr.reshape(*lead, h // factor, factor, w // factor, factor, 3)
+    return np.rint(blocks.mean(axis=(-4, -2))).astype(np.uint8)
+
+
+def render_images(ds, low: bool = False) -> np.ndarray:
+    """Every row's image, ``uint8 [N, size, size, 3]``, or at ``low_size`` when ``low``."""
+    sizes = set(zip(ds["size"], ds["low_size"], strict=True))
+    if len(sizes) != 1:
+        raise ValueError(f"rows have different (size, low_size) {sorted(sizes)}; expected one")
+    size, low_size = sizes.pop()
+    objs, noise, seeds = ds["objects"], ds["noise"], ds["noise_seed"]
+    out = np.empty((len(objs), size, size, 3), np.uint8)
+    for i, objects in enumerate(objs):
+        out[i] = render(objects, 1, size, noise[i], seeds[i])[0]
+    return downsample(out, size // low_size) if low else out
