@@ -1,0 +1,80 @@
+"""image_qa: ground truth from the objects and the pixels, the target's size at the two
+resolutions, blind baselines near chance (bounds as in test_video.py), bad input."""
+
+import numpy as np
+import pytest
+
+from lab.data import downsample, extract_answer, generate, image_qa, render_images
+from lab.data.synthetic.render import COLOUR_NAMES, COLOURS, KINDS, glyph
+from lab.data.synthetic.shortcuts import text_baselines
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return image_qa(2000, seed=0)
+
+
+def test_deterministic_and_ground_truth(ds):
+    assert image_qa(20, 3).to_list() == image_qa(20, 3).to_list() == generate(
+        "image_qa", 20, seed=3).to_list()
+    for r in ds.select(range(500)):
+        target, others = r["objects"][-1], r["objects"][:-1]
+        ans = r["options"][r["answer_index"]]
+        assert extract_answer(r["completion"]) == r["answer"]
+        if r["question_type"] == "identify":
+            assert KINDS[target["kind"]] == ans
+            assert r["question"] == f"What is the {COLOUR_NAMES[target['colour']]} object?"
+            assert all(o["colour"] != target["colour"] for o in others)   # the only one
+        else:
+            assert COLOUR_NAMES[target["colour"]] == ans
+            assert all(o["kind"] != target["kind"] for o in others)
+        assert 8 <= r["n_distractors"] == len(others) <= 16
+
+
+def test_target_pixels_at_full_and_low_resolution(ds):
+    sub = ds.select(range(100))
+    hi, lo = render_images(sub), render_images(sub, low=True)
+    assert hi.shape == (100, 128, 128, 3) and lo.shape == (100, 32, 32, 3)
+    np.testing.assert_array_equal(downsample(hi, 4), lo)
+    for r, img in zip(sub, hi, strict=True):
+        x, y, w, h = r["target_box"]
+        t = r["objects"][-1]
+        m = glyph(t["kind"], t["size"])
+        assert (h, w) == m.shape and h == 7
+        assert (img[y:y + h, x:x + w][m] == COLOURS[t["colour"]]).all()     # legible at 128
+        # at 32 px the 7-px target spans at most ceil(7 / 4) + 1 = 3 pixels per side
+        assert (x + w - 1) // 4 - x // 4 + 1 <= 3 and (y + h - 1) // 4 - y // 4 + 1 <= 3
+
+
+def test_downsample_is_the_block_mean():
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
+    want = np.rint(img.reshape(2, 4, 2, 4, 2, 3).astype(float).mean(axis=(2, 4)))
+    np.testing.assert_array_equal(downsample(img, 2), want.astype(np.uint8))
+    with pytest.raises(ValueError, match=r"images has dtype float64; expected uint8"):
+        downsample(img / 255.0, 2)
+    with pytest.raises(ValueError, match=r"factor=3; expected a positive int dividing H=8"):
+        downsample(img, 3)
+    with pytest.raises(ValueError, match=r"images has shape \(2, 8, 8, 4\)"):
+        downsample(np.zeros((2, 8, 8, 4), np.uint8), 2)
+
+
+def test_blind_baselines_near_chance(ds):
+    scores = text_baselines(ds)
+    for name, acc in scores.items():
+        assert abs(acc - 0.25) < 0.05, (name, acc)
+    for qt in ("identify", "colour"):
+        for name, acc in text_baselines(ds.filter(lambda r, q=qt: r["question_type"] == q)
+                                        ).items():
+            assert abs(acc - 0.25) < 0.07, (qt, name, acc)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"n_options": 1}, r"n_options=1; expected an int >= 2"),
+    ({"n_options": 9}, r"n_options=9; expected at most 8 \(colours\)"),
+    ({"low_size": 48}, r"low_size=48; expected a positive divisor of size=128"),
+    ({"question_types": "where"}, r"question_types='where'"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        image_qa(4, 0, **kwargs)
