@@ -2,6 +2,7 @@
 
 from lab.nn.cache import KVCache, LayerKV
 from lab.nn.config import TransformerConfig
+from lab.nn.flops import VitDims, transformer_flops, vit_flops, vlm_flops
 from lab.nn.layers import Fused, RMSNorm, SwiGLU, apply_rope, rope_frequencies
 from lab.nn.transformer import (
                                 CAPTURES,
@@ -19,3 +20,4 @@ __all__ = [
     "SwiGLU", "Transformer", "TransformerConfig", "apply_rope", "check_tokens", "fuse_qkv",
     "rope_frequencies", "split_qkv",
 ]
+__all__ += ["VitDims", "transformer_flops", "vit_flops", "vlm_flops"]
