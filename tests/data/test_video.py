@@ -200,3 +200,41 @@ def test_check_images_rejects_wrong_dtype_and_shape():
         check_images(ok[..., 0], "frames", ndim=5)
     with pytest.raises(ValueError, match=r"different \(frames, size\)"):
         render_videos(datasets.concatenate_datasets([video_qa(2, 0), video_qa(2, 0, frames=32)]))
+
+
+def _unbound(r, rng):
+    """Answers from what is in the video without binding colour to kind: lookup, the option
+    colour/digit seen anywhere; negation, the option whose colour or kind is missing;
+    summary, the commonest option colour over all objects; counting, the option nearest
+    the number of all objects."""
+    objs, opts, qt = r["objects"], r["options"], r["question_type"]
+    cols = {COLOUR_NAMES[o["colour"]] for o in objs}
+    kinds = {KINDS[o["kind"]] for o in objs}
+    if qt == "lookup":
+        ok = [i for i, o in enumerate(opts) if o in (cols if r["template"] == 0 else kinds)]
+    elif qt == "negation":
+        ok = [i for i, o in enumerate(opts)
+              if not (o.split()[0] in cols and o.split()[1] in kinds)]
+    elif qt == "summary":
+        n = {o: sum(COLOUR_NAMES[x["colour"]] == o for x in objs) for o in opts}
+        ok = [i for i, o in enumerate(opts) if n[o] == max(n.values())]
+    else:
+        d = [abs(int(o) - len(objs)) for o in opts]
+        ok = [i for i in range(len(opts)) if d[i] == min(d)]
+    ok = ok or list(range(len(opts)))
+    return ok[int(rng.integers(len(ok)))] == r["answer_index"]
+
+
+def test_unbound_visual_heuristics_fall_to_chance_with_distractors():
+    # Lures (distractors carrying the wrong options' colours / digits, the absent pair's
+    # colour and kind) make "which option is in the video at all" uninformative.
+    types = ["lookup", "negation", "summary", "counting"]
+    rng = np.random.default_rng(0)
+    acc = {}
+    for nd in (0, 4):
+        rows = video_qa(1200, 3, distractors=nd, question_types=types).to_list()
+        acc[nd] = {q: np.mean([_unbound(r, rng) for r in rows if r["question_type"] == q])
+                   for q in types}
+    assert min(acc[0].values()) > 0.9           # no distractors: the easy end of the knob
+    for q in types:
+        assert acc[4][q] < CHANCE + 0.08, (q, acc[4][q])

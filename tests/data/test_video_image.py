@@ -78,3 +78,11 @@ def test_blind_baselines_near_chance(ds):
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         image_qa(4, 0, **kwargs)
+
+
+def test_every_wrong_option_is_in_the_image(ds):
+    # lures: "pick the option present in the picture" cannot beat chance
+    for r in ds.select(range(300)):
+        present = ({KINDS[o["kind"]] for o in r["objects"]} if r["question_type"] == "identify"
+                   else {COLOUR_NAMES[o["colour"]] for o in r["objects"]})
+        assert set(r["options"]) <= present

@@ -15,9 +15,12 @@ Question types:
   distractors are other kinds, so finding it needs the form, answering needs
   the colour.
 
-The answer and the wrong options are drawn uniformly from their pools and the
-options shuffled (:func:`lab.data.synthetic.render.multiple_choice`), so the
-question text and the option letters carry no signal;
+The first distractors are lures: each wrong option's kind (``identify``, in
+another colour) or colour (``colour``, on another kind) is in the image, so
+"the option that is in the picture" does not answer. The answer and the wrong
+options are drawn uniformly from their pools and the options shuffled
+(:func:`lab.data.synthetic.render.multiple_choice`), so the question text and
+the option letters carry no signal;
 ``tests/data/test_video_image.py`` measures it.
 """
 
@@ -86,17 +89,22 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
         if qt == "identify":
             question = f"What is the {COLOUR_NAMES[colour]} object?"
             pool = [k for k in range(len(KINDS)) if k != kind]
-            correct, wrong = kind_name(kind), [kind_name(int(k)) for k in rng.choice(
-                pool, size=n_options - 1, replace=False)]
+            picks = [int(k) for k in rng.choice(pool, size=n_options - 1, replace=False)]
+            correct, wrong = kind_name(kind), [kind_name(k) for k in picks]
+            forced = [(k, None) for k in picks]
         else:
             question = f"What colour is the {kind_name(kind)}?"
             pool = [c for c in range(len(COLOUR_NAMES)) if c != colour]
-            correct, wrong = COLOUR_NAMES[colour], [COLOUR_NAMES[int(c)] for c in rng.choice(
-                pool, size=n_options - 1, replace=False)]
+            picks = [int(c) for c in rng.choice(pool, size=n_options - 1, replace=False)]
+            correct, wrong = COLOUR_NAMES[colour], [COLOUR_NAMES[c] for c in picks]
+            forced = [(None, c) for c in picks]
         nd = int(rng.integers(d_rng[0], d_rng[1] + 1))
         objects: list[dict] = []
         while len(objects) < nd:
             k, c = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
+            if len(objects) < len(forced):        # lures: every wrong option is in the image
+                lk, lc = forced[len(objects)]
+                k, c = (k if lk is None else lk), (c if lc is None else lc)
             if (qt == "identify" and c == colour) or (qt == "colour" and k == kind):
                 continue
             objects.append(place(rng, k, c, (0, 1), size, osz, objects + [target], 0.0))

@@ -21,14 +21,19 @@ Question types (``question_types``):
 - ``negation``: "Which of these did not appear?" ``n_options`` colour-shape
   pairs, all but one shown; evidence: the frames of the shown ones. Distractors
   share colours and shapes with the options, so both must be bound.
-- ``summary``: "Which colour did most of the circles have?" ``4m + 1``-ish
-  circles over the whole video (the winner ``m + 1``, each other option colour
-  ``m``, ``m`` in ``summary_count``); evidence: every frame with a circle.
+- ``summary``: "Which colour did most of the circles have?" circles over the
+  whole video, ``m + 1`` of the winning colour and ``m`` of each other option
+  colour (``m`` in ``summary_count``); evidence: every frame with a circle.
 
 Every question also has ``distractors`` objects that the question is not about
-(a kind, colour or pair the question excludes), visible for random windows and
-drawn beneath the objects it is about, which never touch each other where they
-are visible together (up to 30 placement tries).
+(a kind, colour or pair the question excludes), drawn beneath the objects it is
+about, which never touch each other where they are visible together (up to 30
+placement tries). The first distractors are lures, one per wrong option's
+colour or digit (lookup, summary) or the absent pair's kind and colour
+(negation), and half of the rest are lures over all the options' parts, so
+that "which option is in the video at all" or "the commonest colour" does not
+answer once there are a few distractors. Half of the distractors are as brief
+as the asked-about objects, half last 1..T frames, so brevity is no cue.
 
 Shortcuts are closed by construction: the answer is drawn uniformly from its
 pool and the wrong options uniformly from the rest, then the options are
@@ -38,8 +43,8 @@ uniform, and the question text does not depend on the answer.
 and single-frame baselines (numbers in ``docs/vision_data.md``).
 
 Frames are not stored: a row holds its objects, and :func:`render_videos` draws
-a whole dataset as one ``uint8 [N, T, H, W, 3]`` array (about a second for a few
-thousand 16-frame 32x32 videos), ``x / 255`` for float inputs in ``[0, 1]``.
+a whole dataset as one ``uint8 [N, T, H, W, 3]`` array (``x / 255`` for float
+inputs in ``[0, 1]``); rendering is a pure function of the row.
 :func:`oracle_answer` answers a row from a subset of its frames with perfect
 perception, the ceiling a frame selection allows.
 """
@@ -120,7 +125,8 @@ def _lookup(s: _Scene, n_options: int):
         return dict(template=0, question=f"What colour was the {kind_name(kind)}?",
                     correct=COLOUR_NAMES[colour], wrong=[COLOUR_NAMES[c] for c in wrong],
                     query_kinds=[kind], query_colours=[],
-                    excluded=lambda k, c: k == kind)
+                    excluded=lambda k, c: k == kind, forced=[(None, c) for c in wrong],
+                    lures=[(None, c) for c in wrong + [colour]])
     colour = int(rng.integers(len(COLOUR_NAMES)))              # digit of a colour
     digit = int(rng.choice(DIGIT_KINDS))
     s.add(digit, colour, random_window(rng, frames, s.length()))
@@ -129,7 +135,8 @@ def _lookup(s: _Scene, n_options: int):
     return dict(template=1, question=f"Which digit was shown in {COLOUR_NAMES[colour]}?",
                 correct=kind_name(digit), wrong=[kind_name(d) for d in wrong],
                 query_kinds=[], query_colours=[colour],
-                excluded=lambda k, c: k in DIGIT_KINDS and c == colour)
+                excluded=lambda k, c: k in DIGIT_KINDS and c == colour,
+                forced=[(d, None) for d in wrong], lures=[(d, None) for d in wrong + [digit]])
 
 
 def _order_text(kinds) -> str:
@@ -149,7 +156,7 @@ def _ordering(s: _Scene, n_options: int):
                 f"and the {kind_name(listed[2])} appear?")
     return dict(template=0, question=question, correct=_order_text(kinds),
                 wrong=[_order_text(p) for p in wrong], query_kinds=listed, query_colours=[],
-                excluded=lambda k, c: k in kinds)
+                excluded=lambda k, c: k in kinds, forced=[], lures=[])
 
 
 def _counting(s: _Scene, n_options: int):
@@ -167,7 +174,7 @@ def _counting(s: _Scene, n_options: int):
                                         size=n_options - 1, replace=False)]
     return dict(template=0, question=f"How many {plural(kind)} appeared?", correct=str(count),
                 wrong=[str(v) for v in wrong], query_kinds=[kind], query_colours=[],
-                excluded=lambda k, c: k == kind)
+                excluded=lambda k, c: k == kind, forced=[], lures=[])
 
 
 def _entity(kind: int, colour: int) -> str:
@@ -181,10 +188,15 @@ def _negation(s: _Scene, n_options: int):
     absent, shown = pairs[0], pairs[1:]
     for kind, colour in shown:
         s.add(kind, colour, random_window(rng, frames, s.length()))
+    forced = [(absent[0], None), (None, absent[1])]     # its kind and its colour do appear
+    if rng.integers(2):
+        forced.reverse()
     return dict(template=0, question="Which of these did not appear?",
                 correct=_entity(*absent), wrong=[_entity(*p) for p in shown],
                 query_kinds=[p[0] for p in pairs], query_colours=[p[1] for p in pairs],
-                excluded=lambda k, c: (k, c) in pairs)
+                excluded=lambda k, c: (k, c) in pairs,
+                forced=forced,
+                lures=[(k, None) for k, _ in pairs] + [(None, c) for _, c in pairs])
 
 
 def _summary(s: _Scene, n_options: int):
@@ -199,7 +211,8 @@ def _summary(s: _Scene, n_options: int):
     return dict(template=0, question=f"Which colour did most of the {plural(kind)} have?",
                 correct=COLOUR_NAMES[colours[0]], wrong=[COLOUR_NAMES[c] for c in colours[1:]],
                 query_kinds=[kind], query_colours=colours,
-                excluded=lambda k, c: k == kind)
+                excluded=lambda k, c: k == kind, forced=[(None, c) for c in colours[1:]],
+                lures=[(None, c) for c in colours])
 
 
 _BUILDERS = {"lookup": _lookup, "ordering": _ordering, "counting": _counting,
@@ -243,7 +256,7 @@ def _check(frames, size, question_types, object_size, noise, event_len, max_coun
 
 
 def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
-             question_types: Sequence[str] = QUESTION_TYPES, distractors=(0, 2),
+             question_types: Sequence[str] = QUESTION_TYPES, distractors=(0, 4),
              object_size=(7, 9), noise: float = 0.0, event_len=(1, 3), max_count: int = 5,
              summary_count=(1, 2), n_options: int = 4, max_speed: float = 1.0
              ) -> datasets.Dataset:
@@ -292,9 +305,16 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
         distr: list[dict] = []
         while len(distr) < nd:
             kind, colour = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
+            j = len(distr)
+            lure = (q["forced"][j] if j < len(q["forced"]) else
+                    q["lures"][int(rng.integers(len(q["lures"])))] if q["lures"] and rng.integers(2)
+                    else (None, None))
+            kind = kind if lure[0] is None else lure[0]
+            colour = colour if lure[1] is None else lure[1]
             if q["excluded"](kind, colour):
                 continue
-            length = int(rng.integers(1, frames + 1))
+            # half are brief events like the asked-about objects, so brevity is no cue
+            length = scene.length() if rng.integers(2) else int(rng.integers(1, frames + 1))
             distr.append(place(rng, kind, colour, random_window(rng, frames, length), size, osz,
                                scene.objects + distr, cfg["max_speed"]))
         options, answer, prompt = multiple_choice(rng, q["correct"], q["wrong"], q["question"])
