@@ -130,6 +130,25 @@ def test_text_only_and_most_frequent_baselines_near_chance(ds):
             assert abs(acc - CHANCE) < 0.08, (qt, name, acc)
 
 
+def test_blind_baselines_catch_planted_shortcuts(rows):
+    # The baselines have power: each finds the shortcut it is built for.
+    first = [{**r, "options": [r["options"][r["answer_index"]]]
+              + [o for i, o in enumerate(r["options"]) if i != r["answer_index"]],
+              "answer_index": 0} for r in rows[:1000]]
+    assert text_baselines(first)["most_frequent_letter"] == 1.0
+    lookups = [r for r in rows if r["question_type"] == "lookup"][:600]
+    # the answer's text named in the question (unseen question texts, 1 in 7 here, fall back
+    # to a random option)
+    fixed = [{**r, "question": r["question"] + " (pick " + r["options"][r["answer_index"]] + ")",
+              "prompt": r["prompt"] + "hint " + r["options"][r["answer_index"]] + "\n"}
+             for r in lookups]
+    scores = text_baselines(fixed)
+    assert scores["question_prior"] > 0.8
+    # a word in the prompt that names the answer letter
+    lettered = [{**r, "prompt": r["prompt"] + f"key{r['answer_index']}\n"} for r in rows[:1000]]
+    assert text_baselines(lettered)["bag_of_words"] > 0.9
+
+
 def _oracle(rows, pick, seed=0):
     rng = np.random.default_rng(seed)
     acc = collections.defaultdict(list)

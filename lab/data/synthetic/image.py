@@ -85,7 +85,7 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
     rows = []
     for qt in types:
         kind, colour = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
-        target = place(rng, kind, colour, (0, 1), size, osz, [], 0.0)
+        target = place(rng, kind, colour, (0, 1), size, osz, [], max_speed=0.0)
         if qt == "identify":
             question = f"What is the {COLOUR_NAMES[colour]} object?"
             pool = [k for k in range(len(KINDS)) if k != kind]
@@ -107,7 +107,8 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
                 k, c = (k if lk is None else lk), (c if lc is None else lc)
             if (qt == "identify" and c == colour) or (qt == "colour" and k == kind):
                 continue
-            objects.append(place(rng, k, c, (0, 1), size, osz, objects + [target], 0.0))
+            objects.append(place(rng, k, c, (0, 1), size, osz, objects + [target],
+                                 max_speed=0.0))
         options, answer, prompt = multiple_choice(rng, correct, wrong, question)
         h, w = glyph_shape(target["kind"], target["size"])
         rows.append({

@@ -118,7 +118,7 @@ def overlaps(a: dict, b: dict, margin: int = 1) -> bool:
 
 
 def place(rng: np.random.Generator, kind: int, colour: int, window: tuple[int, int],
-          canvas: int, size_range: tuple[int, int], avoid: list[dict],
+          canvas: int, size_range: tuple[int, int], avoid: list[dict], *,
           max_speed: float = 1.0, tries: int = 30) -> dict:
     """An object of ``kind``/``colour`` visible in ``window``, moving at most ``max_speed``
     pixels per frame, kept inside the ``canvas`` and (after up to ``tries`` draws) off the

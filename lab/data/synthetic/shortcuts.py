@@ -13,9 +13,9 @@ LongVideoBench's papers). The rows need ``prompt``, ``question``, ``options``,
   correct in training (answer-content prior; a random option for unseen text);
 - ``option_prior``: per question type, the option whose text is most often
   correct when offered (the ratio correct / offered);
-- ``bag_of_words``: a word-count vote: every word of the prompt (question and
-  options) votes for the letters it co-occurred with as the answer in
-  training, normalised by its frequency.
+- ``bag_of_words``: a naive-Bayes word vote: every word of the prompt
+  (question and options) adds ``log P(letter | word)`` (add-one smoothed
+  counts of the answer letters of the training prompts that contain it).
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ def text_baselines(ds, seed: int = 0) -> dict[str, float]:
         vote = np.zeros(k)
         for w in set(_words(r["prompt"])):
             c = word_votes.get(w)
-            if c:
+            if c:                                     # add-one smoothed log P(letter | word)
                 total = sum(c.values())
-                vote += np.array([c[j] / total for j in range(k)])
+                vote += np.log(np.array([(c[j] + 1) / (total + k) for j in range(k)]))
         hits["bag_of_words"].append(int(np.argmax(vote + rng.uniform(0, 1e-9, k))) == a)
     out = {name: float(np.mean(v)) for name, v in hits.items()}
     out["chance"] = float(np.mean([1 / len(r["options"]) for r in test]))

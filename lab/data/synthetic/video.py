@@ -103,7 +103,7 @@ class _Scene:
     def add(self, kind: int, colour: int, window) -> None:
         c = self.cfg
         self.objects.append(place(self.rng, kind, colour, window, c["size"], c["object_size"],
-                                  self.objects, c["max_speed"]))
+                                  self.objects, max_speed=c["max_speed"]))
 
     def length(self) -> int:
         lo, hi = self.cfg["event_len"]
@@ -219,7 +219,7 @@ _BUILDERS = {"lookup": _lookup, "ordering": _ordering, "counting": _counting,
              "negation": _negation, "summary": _summary}
 
 
-def _check(frames, size, question_types, object_size, noise, event_len, max_count,
+def _check(*, frames, size, question_types, object_size, noise, event_len, max_count,
            summary_count, n_options, max_speed):
     if not isinstance(frames, (int, np.integer)) or not 2 <= frames <= 1024:
         raise ValueError(f"frames={frames!r}; expected an int in [2, 1024]")
@@ -288,8 +288,10 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
     draw order, summary: the option colours, the winner first).
     """
     check_n(n, seed)
-    qts, osz, elen, scount = _check(frames, size, question_types, object_size, noise,
-                                    event_len, max_count, summary_count, n_options, max_speed)
+    qts, osz, elen, scount = _check(
+        frames=frames, size=size, question_types=question_types, object_size=object_size,
+        noise=noise, event_len=event_len, max_count=max_count, summary_count=summary_count,
+        n_options=n_options, max_speed=max_speed)
     d_rng = as_range("distractors", distractors, 0)
     cfg = dict(frames=int(frames), size=int(size), object_size=osz, event_len=elen,
                max_count=int(max_count), summary_count=scount, max_speed=float(max_speed))
@@ -316,7 +318,7 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
             # half are brief events like the asked-about objects, so brevity is no cue
             length = scene.length() if rng.integers(2) else int(rng.integers(1, frames + 1))
             distr.append(place(rng, kind, colour, random_window(rng, frames, length), size, osz,
-                               scene.objects + distr, cfg["max_speed"]))
+                               scene.objects + distr, max_speed=cfg["max_speed"]))
         options, answer, prompt = multiple_choice(rng, q["correct"], q["wrong"], q["question"])
         letter = "ABCDEFGHIJ"[answer]
         rows.append({
