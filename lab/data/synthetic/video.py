@@ -80,8 +80,8 @@ def random_window(rng, frames: int, length: int) -> tuple[int, int]:
 
 
 def disjoint_windows(rng, frames: int, lengths: Sequence[int], gap: int = 1):
-    """Windows of ``lengths`` in this order, at least ``gap`` frames apart, the slack
-    spread uniformly (stars and bars)."""
+    """Windows of ``lengths`` in this order, at least ``gap`` frames apart, the spare
+    frames split at random among the gaps (sorted uniform cut points)."""
     k = len(lengths)
     slack = frames - sum(lengths) - gap * (k - 1)
     cuts = np.sort(rng.integers(0, slack + 1, size=k))
