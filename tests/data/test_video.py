@@ -116,7 +116,14 @@ def test_pixels_show_the_asked_about_objects_in_their_evidence_frames(ds):
             outside = [t for t in range(16) if t not in r["evidence_frames"]]
             assert (video[outside] == video[outside][:, :1, :1]).all()
     assert checked > 1000
+    assert np.mean(sub["apart"]) == 1.0
     np.testing.assert_array_equal(render_video(sub[0]), videos[0])
+
+
+def test_asked_about_objects_rarely_touch(ds):
+    assert np.mean(ds["apart"]) > 0.995                      # measured 0.9995 (seed 0)
+    crowded = video_qa(300, 0, object_size=16)               # 16-px glyphs on 32 px
+    assert 0.05 < 1 - np.mean(crowded["apart"]) < 0.4        # measured 0.18
 
 
 def test_text_only_and_most_frequent_baselines_near_chance(ds):

@@ -66,6 +66,7 @@ from lab.data.synthetic.render import (
     check_n_options,
     kind_name,
     multiple_choice,
+    overlaps,
     place,
     plural,
     render,
@@ -285,7 +286,10 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
     the ``n_distractors`` distractors first), ``n_distractors``, ``frames``,
     ``size``, ``noise``, ``noise_seed``, ``query_kinds`` and ``query_colours``
     (the kinds / colours the question names; negation: the options' pairs in
-    draw order, summary: the option colours, the winner first).
+    draw order, summary: the option colours, the winner first) and ``apart``
+    (False in the rare row, crowded canvases mostly, where two asked-about
+    objects touch in a frame after every placement try, so one may hide part
+    of the other).
     """
     check_n(n, seed)
     qts, osz, elen, scount = _check(
@@ -303,6 +307,8 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
         scene = _Scene(rng, cfg)
         q = _BUILDERS[qt](scene, int(n_options))
         evidence = sorted({t for o in scene.objects for t in range(o["t0"], o["t1"])})
+        apart = not any(overlaps(a, b, margin=0)
+                        for a, b in itertools.combinations(scene.objects, 2))
         nd = int(rng.integers(d_rng[0], d_rng[1] + 1))
         distr: list[dict] = []
         while len(distr) < nd:
@@ -329,6 +335,7 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
             "objects": distr + scene.objects, "n_distractors": nd, "frames": int(frames),
             "size": int(size), "noise": float(noise), "noise_seed": int(rng.integers(2**31)),
             "query_kinds": q["query_kinds"], "query_colours": q["query_colours"],
+            "apart": apart,
         })
     return to_dataset(rows)
 
