@@ -58,7 +58,11 @@ def read_records(path: str) -> list[dict]:
     if not os.path.exists(path):
         raise ValueError(f"records file {path!r} does not exist")
     if path.endswith(".parquet"):
-        return datasets.Dataset.from_parquet(path).to_list()
+        import pyarrow.parquet as pq                    # a dependency of datasets
+        recs = pq.read_table(path).to_pylist()
+        if not recs:
+            raise ValueError(f"records file {path!r} has no records")
+        return recs
     with open(path, encoding="utf-8") as f:
         if path.endswith(".jsonl"):
             out = []
