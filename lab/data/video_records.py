@@ -58,7 +58,7 @@ def read_records(path: str) -> list[dict]:
     if not os.path.exists(path):
         raise ValueError(f"records file {path!r} does not exist")
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq                    # a dependency of datasets
+        import pyarrow.parquet as pq  # a dependency of datasets
         recs = pq.read_table(path).to_pylist()
         if not recs:
             raise ValueError(f"records file {path!r} has no records")
