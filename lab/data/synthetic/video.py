@@ -63,6 +63,7 @@ from lab.data.synthetic.render import (
     COLOUR_NAMES,
     DIGIT_KINDS,
     KINDS,
+    LETTERS,
     check_n_options,
     kind_name,
     multiple_choice,
@@ -300,10 +301,10 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
     cfg = dict(frames=int(frames), size=int(size), object_size=osz, event_len=elen,
                max_count=int(max_count), summary_count=scount, max_speed=float(max_speed))
     rng = np.random.default_rng([seed, 505])
-    kinds_of = [qts[int(i)] for i in rng.permutation(np.arange(n) % len(qts))]
+    types = [qts[int(i)] for i in rng.permutation(np.arange(n) % len(qts))]
     extra = max(0, math.ceil(math.log2(frames / 16))) + int(noise > 0)
     rows = []
-    for qt in kinds_of:
+    for qt in types:
         scene = _Scene(rng, cfg)
         q = _BUILDERS[qt](scene, int(n_options))
         evidence = sorted({t for o in scene.objects for t in range(o["t0"], o["t1"])})
@@ -326,7 +327,7 @@ def video_qa(n: int, seed: int = 0, *, frames: int = 16, size: int = 32,
             distr.append(place(rng, kind, colour, random_window(rng, frames, length), size, osz,
                                scene.objects + distr, max_speed=cfg["max_speed"]))
         options, answer, prompt = multiple_choice(rng, q["correct"], q["wrong"], q["question"])
-        letter = "ABCDEFGHIJ"[answer]
+        letter = LETTERS[answer]
         rows.append({
             "prompt": prompt, "completion": answer_line(letter), "answer": letter,
             "difficulty": nd + extra, "task": "video_qa",
