@@ -52,7 +52,8 @@ def check_pixels(pixel_values, grid: np.ndarray, config: VisionConfig,
                  name: str = "pixel_values"):
     """Raises ValueError unless ``pixel_values`` is a float ``[sum(t*h*w), patch_dim]``."""
     shape = tuple(getattr(pixel_values, "shape", np.shape(pixel_values)))
-    dtype = getattr(pixel_values, "dtype", np.asarray(pixel_values).dtype)
+    dtype = pixel_values.dtype if hasattr(pixel_values, "dtype") \
+        else np.asarray(pixel_values).dtype
     n = int(np.prod(grid, axis=1).sum())
     if shape != (n, config.patch_dim):
         raise ValueError(f"{name} has shape {shape}; its grid_thw {grid.tolist()} needs "

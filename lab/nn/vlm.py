@@ -20,6 +20,7 @@ image prefix on the same jitted loop as text (:class:`Embedded` is that prefix);
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -30,7 +31,7 @@ from flax import nnx
 
 from lab.nn.config import VLMConfig
 from lab.nn.transformer import Transformer, check_tokens
-from lab.nn.vision import VisionEncoder, check_grid
+from lab.nn.vision import VisionEncoder, check_grid, check_pixels
 
 
 class Embedded(NamedTuple):
@@ -166,6 +167,7 @@ class VLM(nnx.Module):
         decoder's ``max_len`` (its position budget).
         """
         c = self.config
+        traced = _traced(input_ids, pixel_values, pixel_values_videos)
         ids = input_ids if isinstance(input_ids, jax.core.Tracer) else np.asarray(input_ids)
         if ids.ndim != 2:
             raise ValueError(f"input_ids has shape {ids.shape}; expected [B, T]")
@@ -192,6 +194,31 @@ class VLM(nnx.Module):
         if rope.shape != (3, b, t) or nxt.shape != (b,):
             raise ValueError(f"rope_positions has shapes {rope.shape}, {nxt.shape}; expected "
                              f"(3, {b}, {t}) and ({b},)")
+        m2 = c.vision.spatial_merge_size ** 2
+        for kind, pixels, token in (("image", pixel_values, c.image_token_id),
+                                    ("video", pixel_values_videos, c.video_token_id)):
+            if grids[kind] is None:
+                continue
+            check_pixels(pixels, grids[kind], c.vision,
+                         "pixel_values" if kind == "image" else "pixel_values_videos")
+            if not isinstance(ids, jax.core.Tracer):
+                held, want = int(np.sum(ids == token)), int(np.prod(grids[kind], 1).sum()) // m2
+                if held != want:
+                    raise ValueError(f"input_ids holds {held} {kind} placeholder tokens (id "
+                                     f"{token}); the {kind}s encode to {want}")
+        if traced:
+            return self._embed(ids, pixel_values, pixel_values_videos, grids, rope, nxt)
+        static = tuple(None if grids[k] is None else tuple(map(tuple, grids[k].tolist()))
+                       for k in ("image", "video"))
+        graphdef, state = nnx.split(self)
+        return _embed_jit(graphdef, state, jnp.asarray(ids), pixel_values, pixel_values_videos,
+                          rope, nxt, grids=static)
+
+    def _embed(self, ids, pixel_values, pixel_values_videos, grids: dict, rope, nxt
+               ) -> Embedded:
+        """:meth:`embed`'s computation once the inputs are checked."""
+        c = self.config
+        b, t = ids.shape
         flat = jnp.asarray(ids).reshape(-1)
         x = self.language_model.embed(flat)                                   # [B*T, D]
         deep = None
@@ -201,11 +228,6 @@ class VLM(nnx.Module):
                 continue
             feats, stack = self.visual(pixels, grids[kind])
             mask = flat == token
-            if not isinstance(ids, jax.core.Tracer):
-                held = int(np.sum(np.asarray(ids) == token))
-                if held != feats.shape[0]:
-                    raise ValueError(f"input_ids holds {held} {kind} placeholder tokens (id "
-                                     f"{token}); the {kind}s encode to {feats.shape[0]}")
             x = _scatter(x, mask, feats)
             if stack is not None:
                 zeros = jnp.zeros_like(x)
@@ -225,13 +247,44 @@ class VLM(nnx.Module):
         e = self.embed(input_ids, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                        pixel_values_videos=pixel_values_videos, video_grid_thw=video_grid_thw,
                        rope_positions=rope_positions)
-        return self.language_model(inputs_embeds=e.inputs_embeds, positions=e.positions,
-                                   rope_positions=e.rope_positions, deepstack=e.deepstack,
-                                   capture=capture)
+        return decode(self.language_model, e, capture=tuple(capture),
+                      jit=not _traced(input_ids, pixel_values, pixel_values_videos))
 
     def choice_posterior(self, input_ids, options: Sequence[Sequence[int]], **vision):
         """:func:`choice_posterior` of this model (``vision``: :meth:`embed`'s arrays)."""
         return choice_posterior(self, input_ids, options, **vision)
+
+
+def _traced(*xs) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("grids",))
+def _embed_jit(graphdef, state, ids, pixel_values, pixel_values_videos, rope, nxt, *, grids):
+    model = nnx.merge(graphdef, state)
+    image, video = (None if g is None else np.array(g, np.int64) for g in grids)
+    return model._embed(ids, pixel_values, pixel_values_videos,
+                        {"image": image, "video": video}, rope, nxt)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("capture",))
+def _lm_jit(graphdef, state, embedded, mask, *, capture):
+    lm = nnx.merge(graphdef, state)
+    return lm(inputs_embeds=embedded.inputs_embeds, positions=embedded.positions,
+              rope_positions=embedded.rope_positions, deepstack=embedded.deepstack, mask=mask,
+              capture=capture)
+
+
+def decode(lm: Transformer, embedded: Embedded, *, mask=None, capture: tuple = (),
+           jit: bool = True):
+    """The decoder's logits on an embedded prompt (one jitted program unless ``jit=False``,
+    which a caller under its own trace uses)."""
+    if not jit:
+        return lm(inputs_embeds=embedded.inputs_embeds, positions=embedded.positions,
+                  rope_positions=embedded.rope_positions, deepstack=embedded.deepstack,
+                  mask=mask, capture=capture)
+    graphdef, state = nnx.split(lm)
+    return _lm_jit(graphdef, state, embedded, mask, capture=capture)
 
 
 def _check_options(options, vocab_size: int) -> list[list[int]]:
@@ -298,8 +351,8 @@ def choice_posterior(model: VLM | Transformer, input_ids, options: Sequence[Sequ
                                 jnp.broadcast_to(opt_pos, (3, b, len(tail)))], axis=2)
     if e.deepstack is not None:
         deep = jnp.pad(e.deepstack, ((0, 0), (0, 0), (0, len(tail)), (0, 0)))
-    logits = lm(inputs_embeds=x, positions=positions, rope_positions=rope, deepstack=deep,
-                mask=jnp.asarray(allowed)[None, None])
+    logits = decode(lm, Embedded(x, positions, rope, e.next_position, deep),
+                    mask=jnp.asarray(allowed)[None, None])
     logp = jax.nn.log_softmax(logits, axis=-1)                                 # [B, N, V]
     # Option k's token i is predicted at the prompt's last token (i = 0) or at its own
     # token i - 1.

@@ -95,6 +95,12 @@ def test_image_text_logits_match_transformers(saved):
     got_j = model(jnp.asarray(ids), pixel_values=jnp.asarray(pixels),
                   image_grid_thw=jnp.asarray(grid))
     np.testing.assert_allclose(np.asarray(got_j), got, atol=1e-6)
+    # a batch of two prompts, four images in row order
+    batch = np.concatenate([ids, np.where(ids < 64, ids + 20, ids)])
+    px2, grid2 = np.concatenate([pixels, pixels[::-1]]), np.concatenate([grid, grid])
+    want2 = run_hf(ref, batch, pixel_values=px2, image_grid_thw=grid2)
+    got2 = np.asarray(model(batch, pixel_values=px2, image_grid_thw=grid2))
+    assert np.abs(got2 - want2).max() < ATOL
 
 
 def test_video_logits_match_transformers(saved):
@@ -116,10 +122,10 @@ def test_greedy_tokens_match_transformers(saved):
         out = ref.generate(input_ids=torch.tensor(ids), pixel_values=torch.tensor(pixels),
                            image_grid_thw=torch.tensor(grid), mm_token_type_ids=types,
                            attention_mask=torch.ones(ids.shape, dtype=torch.long),
-                           max_new_tokens=12, do_sample=False, pad_token_id=0)
+                           max_new_tokens=16, do_sample=False, pad_token_id=0)
     want = out[0, ids.shape[1]:].numpy()
     emb = model.embed(ids, pixel_values=pixels, image_grid_thw=grid)
-    got = infer.generate(model, ids, max_new_tokens=12, embedded=emb)
+    got = infer.generate(model, ids, max_new_tokens=16, embedded=emb)
     np.testing.assert_array_equal(np.asarray(got.tokens[0]), want)
 
 
