@@ -156,6 +156,12 @@ def test_tied_embeddings_and_attention_bias(tmp_path):
     assert np.abs(got - want).max() < ATOL
 
 
+def test_decoder_alone_not_saved_as_a_text_family(saved, tmp_path):
+    _, _, model = saved
+    with pytest.raises(ValueError, match="M-RoPE decoder.*saves as qwen3_vl"):
+        hf.save_pretrained(model.language_model, str(tmp_path))
+
+
 def test_moe_config_refused(tmp_path):
     cfg = {"model_type": "qwen3_vl_moe", "text_config": {**TEXT, "num_experts": 4},
            "vision_config": VISION}

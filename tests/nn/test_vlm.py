@@ -14,6 +14,7 @@ from lab.nn import (
     Transformer,
     TransformerConfig,
     VisionConfig,
+    VisionEncoder,
     VLMConfig,
     choice_posterior,
     rope_index,
@@ -51,6 +52,25 @@ def test_shapes(model):
     assert e.inputs_embeds.shape == (1, 16, 64) and e.deepstack.shape == (1, 1, 16, 64)
     # DeepStack features sit at the visual tokens only.
     assert np.all(np.asarray(e.deepstack)[0, 0, ids[0] != IMG] == 0)
+
+
+def test_tower_without_position_table_or_rope():
+    """The learned table and the 2-D rope are each optional; without either, permuting the
+    merge blocks of an image permutes its tokens (nothing else knows where a patch is)."""
+    cfg = VisionConfig(d_model=32, n_heads=2, d_ff=64, out_dim=32, rope=False,
+                       num_position_embeddings=0, init_std=0.3)  # sharp attention
+    tower = VisionEncoder(cfg, rngs=nnx.Rngs(0))
+    px = pixels(16)
+    out, deep = tower(px, np.array([[1, 4, 4]]))
+    assert out.shape == (4, 32) and deep is None
+    perm = np.array([2, 0, 3, 1])                  # reorder the 4 blocks of 4 patches
+    swapped, _ = tower(px.reshape(4, 4, -1)[perm].reshape(16, -1), np.array([[1, 4, 4]]))
+    err = np.abs(np.asarray(swapped) - np.asarray(out)[perm]).max()
+    assert err < 1e-4 * np.abs(np.asarray(out)).max()
+    rope = VisionEncoder(cfg.replace(rope=True), rngs=nnx.Rngs(0))
+    a, _ = rope(px, np.array([[1, 4, 4]]))
+    b, _ = rope(px.reshape(4, 4, -1)[perm].reshape(16, -1), np.array([[1, 4, 4]]))
+    assert np.abs(np.asarray(b) - np.asarray(a)[perm]).max() > 0.01 * np.abs(np.asarray(a)).max()
 
 
 def test_frames_attend_within_themselves(model):
@@ -221,3 +241,17 @@ def test_learns_the_colour_of_an_image():
                   == label)
     assert losses[0] > 1.2 and np.mean(losses[-5:]) < 0.3 * losses[0], losses
     assert acc >= 0.9, acc
+
+
+def test_docs_example_runs():
+    """docs/vlm.md's API example runs as written."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "vlm.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "docs/vlm.md", "exec"), scope)
+    assert scope["logits"].shape == (1, 10, 64)
+    assert scope["out"].tokens.shape == (1, 8)
+    assert scope["posterior"].shape == (1, 3)
+    assert abs(float(scope["posterior"].sum()) - 1) < 1e-5
