@@ -223,7 +223,7 @@ def test_learns_the_colour_of_an_image():
         return px.reshape(4 * b, 96).astype(np.float32), label
 
     model = VLM(cfg, rngs=nnx.Rngs(0))
-    opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    opt = nnx.Optimizer(model, optax.adam(5e-3), wrt=nnx.Param)
 
     def loss_fn(m, px, label):
         logits = m(ids, pixel_values=px, image_grid_thw=grid, rope_positions=rope)[:, -1]
@@ -235,12 +235,15 @@ def test_learns_the_colour_of_an_image():
         o.update(m, grads)
         return loss
 
-    losses = [float(step(model, opt, *batch())) for _ in range(40)]
-    px, label = batch()
-    acc = np.mean(np.argmax(model(ids, pixel_values=px, image_grid_thw=grid)[:, -1], -1)
-                  == label)
-    assert losses[0] > 1.2 and np.mean(losses[-5:]) < 0.3 * losses[0], losses
-    assert acc >= 0.9, acc
+    losses = [float(step(model, opt, *batch())) for _ in range(60)]
+    right = 0
+    for _ in range(4):                            # 64 held-out images
+        px, label = batch()
+        logits = model(ids, pixel_values=px, image_grid_thw=grid)[:, -1]
+        right += int(np.sum(np.argmax(logits, -1) == label))
+    # measured: loss 2.75 -> 0.02 (mean of the last 5 steps), 64 / 64 right
+    assert losses[0] > 1.2 and np.mean(losses[-5:]) < 0.1, losses
+    assert right >= 61, right
 
 
 def test_docs_example_runs():
