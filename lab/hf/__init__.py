@@ -1,9 +1,11 @@
-"""Hugging Face interop: Qwen3 / Qwen2 / Llama safetensors checkpoints and tokenizers.
+"""Hugging Face interop: Qwen3 / Qwen2 / Llama / Qwen3-VL safetensors checkpoints and tokenizers.
 
-``load_pretrained(dir)`` -> :class:`lab.nn.Transformer`; ``save_pretrained(model,
-dir)`` writes a directory ``transformers.AutoModelForCausalLM.from_pretrained``
-loads with the same logits; ``load_tokenizer(dir)`` returns ``tokenizer.json`` as
-``lab.data.tokenizer.HFTokenizer`` with the checkpoint's special tokens.
+``load_pretrained(dir)`` -> :class:`lab.nn.Transformer` (a Qwen3-VL directory ->
+:class:`lab.nn.VLM`, see :mod:`lab.hf.qwen3_vl`); ``save_pretrained(model, dir)``
+writes a directory ``transformers.AutoModelForCausalLM.from_pretrained`` (for a VLM,
+``Qwen3VLForConditionalGeneration.from_pretrained``) loads with the same logits;
+``load_tokenizer(dir)`` returns ``tokenizer.json`` as ``lab.data.tokenizer.HFTokenizer``
+with the checkpoint's special tokens.
 No torch is needed for any of them.
 """
 

@@ -41,7 +41,7 @@ from lab.nn import Transformer, TransformerConfig, fuse_qkv, split_qkv
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 _SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
 
 
@@ -56,11 +56,16 @@ class Entry(NamedTuple):
     part: str | None = None
 
 
-def tensor_map(config: TransformerConfig) -> list[Entry]:
-    """Every tensor a checkpoint of ``config`` holds, in Hugging Face's order."""
-    out = [Entry("model.embed_tokens.weight", ("embed", "embedding"), False)]
+def tensor_map(config: TransformerConfig, prefix: str = "model.", root: tuple = ()
+               ) -> list[Entry]:
+    """Every tensor a checkpoint of ``config`` holds, in Hugging Face's order.
+
+    ``prefix``: the decoder's name prefix (``"model.language_model."`` inside a
+    Qwen3-VL checkpoint); ``root``: the Lab path of the Transformer in a larger model
+    (``("language_model",)`` in a :class:`lab.nn.VLM`)."""
+    out = [Entry(f"{prefix}embed_tokens.weight", (*root, "embed", "embedding"), False)]
     for i in range(config.n_layers):
-        hf, lab = f"model.layers.{i}.", ("layers", i)
+        hf, lab = f"{prefix}layers.{i}.", (*root, "layers", i)
         for name in ("q", "k", "v"):
             out.append(Entry(f"{hf}self_attn.{name}_proj.weight", (*lab, "attn", "qkv", "kernel"),
                              True, name))
@@ -68,6 +73,8 @@ def tensor_map(config: TransformerConfig) -> list[Entry]:
                 out.append(Entry(f"{hf}self_attn.{name}_proj.bias", (*lab, "attn", "qkv", "bias"),
                                  False, name))
         out.append(Entry(f"{hf}self_attn.o_proj.weight", (*lab, "attn", "o", "kernel"), True))
+        if config.o_bias:  # Qwen3-VL's attention_bias (Lab's plain families have none)
+            out.append(Entry(f"{hf}self_attn.o_proj.bias", (*lab, "attn", "o", "bias"), False))
         if config.qk_norm:
             for name in ("q_norm", "k_norm"):
                 out.append(Entry(f"{hf}self_attn.{name}.weight", (*lab, "attn", name, "weight"),
@@ -79,9 +86,9 @@ def tensor_map(config: TransformerConfig) -> list[Entry]:
         out.append(Entry(f"{hf}input_layernorm.weight", (*lab, "attn_norm", "weight"), False))
         out.append(Entry(f"{hf}post_attention_layernorm.weight", (*lab, "mlp_norm", "weight"),
                          False))
-    out.append(Entry("model.norm.weight", ("norm", "weight"), False))
+    out.append(Entry(f"{prefix}norm.weight", (*root, "norm", "weight"), False))
     if not config.tie_embeddings:
-        out.append(Entry("lm_head.weight", ("lm_head", "kernel"), True))
+        out.append(Entry("lm_head.weight", (*root, "lm_head", "kernel"), True))
     return out
 
 
@@ -136,12 +143,12 @@ def weight_files(path: str) -> dict[str, str]:
         return {name: os.path.join(path, file) for name, file in weight_map.items()}
     single = os.path.join(path, WEIGHTS)
     if os.path.isfile(single):
-        with _open(single) as f:
+        with open_safetensors(single) as f:
             return dict.fromkeys(f.keys(), single)
     raise FileNotFoundError(f"{path!r} has neither {WEIGHTS} nor {INDEX}")
 
 
-def _open(file: str):
+def open_safetensors(file: str):
     """``safe_open`` in numpy mode; a missing or corrupt file raises an error naming it."""
     if not os.path.isfile(file):
         raise FileNotFoundError(f"safetensors file {file!r} (named by the checkpoint) is missing")
@@ -151,13 +158,13 @@ def _open(file: str):
         raise ValueError(f"{file!r} is not a readable safetensors file: {e}") from e
 
 
-def _set(tree: dict, path: tuple, value: Any) -> None:
+def set_path(tree: dict, path: tuple, value: Any) -> None:
     for key in path[:-1]:
         tree = tree[key]
     tree[path[-1]] = value
 
 
-def _get(tree: dict, path: tuple) -> Any:
+def get_path(tree: dict, path: tuple) -> Any:
     for key in path:
         tree = tree[key]
     return tree
@@ -189,6 +196,12 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
     """
     path = os.fspath(path)
     hf = read_config(path)
+    if str(hf.get("model_type", "")).startswith("qwen3_vl"):
+        from lab.hf import qwen3_vl
+        if mesh is not None:
+            raise ValueError("mesh= is not supported for Qwen3-VL checkpoints; load, then "
+                             "place the weights with lab.parallel.shard_model")
+        return qwen3_vl.load_pretrained(path, dtype=dtype)
     config = config_from_hf(hf, dtype=dtype)
     files = weight_files(path)
     entries = tensor_map(config)
@@ -202,7 +215,7 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
     allowed = expected | (o_bias if o_bias_expected(hf) else set())
     if config.tie_embeddings:
         allowed.add("lm_head.weight")  # some writers store the tied head too; it is ignored
-    unexpected = sorted(n for n in files if n not in allowed and not _IGNORED.match(n))
+    unexpected = sorted(n for n in files if n not in allowed and not IGNORED.match(n))
     if unexpected:
         raise ValueError(f"checkpoint {path!r} has {len(unexpected)} tensor(s) that "
                          f"lab.nn.Transformer has no parameter for: {', '.join(unexpected[:20])}")
@@ -210,7 +223,7 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
     values = nnx.to_pure_dict(state)
     with ExitStack() as stack:
-        handles = {f: stack.enter_context(_open(f))
+        handles = {f: stack.enter_context(open_safetensors(f))
                    for f in sorted(set(files.values()))}
         for name in sorted(o_bias & set(files)):
             bias = handles[files[name]].get_tensor(name)
@@ -218,31 +231,67 @@ def load_pretrained(path: str | os.PathLike, *, dtype: Any = None, mesh: Mesh | 
                 raise ValueError(f"tensor {name!r} is nonzero (max |b| = "
                                  f"{float(np.abs(bias.astype(np.float32)).max()):.3g}); "
                                  "lab.nn.Transformer has no attention output bias")
-        pending: dict[tuple, dict] = {}
-        for e in entries:
-            target = _get(values, e.lab_path)
-            shape = _part_shape(config, e) if e.part else tuple(target.shape)
-            want = shape[::-1] if e.transpose else shape
-            array = handles[files[e.hf_name]].get_tensor(e.hf_name)
-            if tuple(array.shape) != want:
-                raise ValueError(f"tensor {e.hf_name!r}: expected shape {want} from config.json, "
-                                 f"found {tuple(array.shape)} in the checkpoint")
-            array = np.asarray(array.T if e.transpose else array, dtype=config.jnp_dtype)
-            if e.part:  # a part of q/k/v or gate/up: placed once all its parts are read
-                parts = pending.setdefault(e.lab_path, {})
-                parts[e.part] = array
-                if len(parts) < (2 if e.lab_path[-2] == "gate_up" else 3):
-                    continue
-                array = _fuse(config, e.lab_path, pending.pop(e.lab_path))
-            if mesh is None:
-                _set(values, e.lab_path, jnp.asarray(array))
-                continue
-            spec = parallel.spec_for("/".join(map(str, e.lab_path)), array.shape, mesh,
-                                     rules or parallel.RULES, head_dim=config.head_dim)
-            _set(values, e.lab_path, jax.make_array_from_callback(
-                array.shape, NamedSharding(mesh, spec), lambda index, a=array: a[index]))
+        fill(values, entries, config, lambda n: handles[files[n]].get_tensor(n), mesh=mesh,
+             rules=rules)
     nnx.replace_by_pure_dict(state, values)
     return nnx.merge(graphdef, state)
+
+
+def fill(values: dict, entries: Sequence[Entry], config: TransformerConfig, tensor, *,
+         mesh: Mesh | None = None, rules=None) -> None:
+    """Places the checkpoint tensors of ``entries`` (``tensor(name) -> array``) into
+    ``values``, a pure dict of a model's state, transposed, fused and cast to
+    ``config``'s dtype (on ``mesh`` by ``rules`` when given); raises ValueError for a
+    shape that differs from the model's."""
+    pending: dict[tuple, dict] = {}
+    for e in entries:
+        target = get_path(values, e.lab_path)
+        shape = _part_shape(config, e) if e.part else tuple(target.shape)
+        want = shape[::-1] if e.transpose else shape
+        array = tensor(e.hf_name)
+        if tuple(array.shape) != want:
+            raise ValueError(f"tensor {e.hf_name!r}: expected shape {want} from config.json, "
+                             f"found {tuple(array.shape)} in the checkpoint")
+        array = np.asarray(array.T if e.transpose else array, dtype=config.jnp_dtype)
+        if e.part:  # a part of q/k/v or gate/up: placed once all its parts are read
+            parts = pending.setdefault(e.lab_path, {})
+            parts[e.part] = array
+            if len(parts) < (2 if e.lab_path[-2] == "gate_up" else 3):
+                continue
+            array = _fuse(config, e.lab_path, pending.pop(e.lab_path))
+        if mesh is None:
+            set_path(values, e.lab_path, jnp.asarray(array))
+            continue
+        spec = parallel.spec_for("/".join(map(str, e.lab_path)), array.shape, mesh,
+                                 rules or parallel.RULES, head_dim=config.head_dim)
+        set_path(values, e.lab_path, jax.make_array_from_callback(
+            array.shape, NamedSharding(mesh, spec), lambda index, a=array: a[index]))
+
+
+def collect(values: dict, entries: Sequence[Entry], config: TransformerConfig
+            ) -> dict[str, np.ndarray]:
+    """The checkpoint tensors of ``entries`` from ``values`` (the inverse of :func:`fill`)."""
+    tensors, split = {}, {}
+    for e in entries:
+        array = np.asarray(get_path(values, e.lab_path))
+        if e.part:
+            if e.lab_path not in split:
+                split[e.lab_path] = _split(config, e.lab_path, array)
+            array = split[e.lab_path][e.part]
+        tensors[e.hf_name] = np.ascontiguousarray(array.T if e.transpose else array)
+    return tensors
+
+
+def params_of(model) -> dict:
+    """The pure dict of ``model``'s parameters, all addressable from this host (else
+    ValueError: save_pretrained writes from one host)."""
+    values = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    spread = [x for x in jax.tree.leaves(values) if not x.is_fully_addressable]
+    if spread:
+        raise ValueError(f"{len(spread)} parameters span several hosts; save_pretrained writes "
+                         "from one host: gather them first (jax.experimental.multihost_utils."
+                         "process_allgather) or save with orbax")
+    return values
 
 
 def parse_size(size: int | str) -> int:
@@ -293,27 +342,25 @@ def save_pretrained(model: Transformer, path: str | os.PathLike, *, model_type: 
     first and ``config.json`` last, so a reader never sees a half-written file.
     """
     path = os.fspath(path)
+    if hasattr(model, "visual"):  # a lab.nn.VLM: Qwen3-VL
+        from lab.hf import qwen3_vl
+        if model_type not in (None, "qwen3_vl"):
+            raise ValueError(f"model_type={model_type!r}; a lab.nn.VLM saves as 'qwen3_vl'")
+        return qwen3_vl.save_pretrained(model, path, max_shard_size=max_shard_size)
     config = model.config
     hf = config_to_hf(config, model_type)
-    values = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    spread = [x for x in jax.tree.leaves(values) if not x.is_fully_addressable]
-    if spread:
-        raise ValueError(f"{len(spread)} parameters span several hosts; save_pretrained writes "
-                         "from one host: gather them first (jax.experimental.multihost_utils."
-                         "process_allgather) or save with orbax")
-    tensors, split = {}, {}
-    for e in tensor_map(config):
-        array = np.asarray(_get(values, e.lab_path))
-        if e.part:
-            if e.lab_path not in split:
-                split[e.lab_path] = _split(config, e.lab_path, array)
-            array = split[e.lab_path][e.part]
-        tensors[e.hf_name] = np.ascontiguousarray(array.T if e.transpose else array)
+    tensors = collect(params_of(model), tensor_map(config), config)
     if o_bias_expected(hf):  # Llama/Qwen3 attention_bias also biases o_proj; Lab's is zero
         dt = tensors["model.norm.weight"].dtype
         for i in range(config.n_layers):
             tensors[f"model.layers.{i}.self_attn.o_proj.bias"] = np.zeros(config.d_model, dt)
+    return write_checkpoint(path, tensors, hf, max_shard_size)
 
+
+def write_checkpoint(path: str, tensors: dict[str, np.ndarray], hf: dict,
+                     max_shard_size: int | str | None = None) -> str:
+    """Writes ``tensors`` and ``config.json`` = ``hf`` into ``path`` atomically per file
+    (see :func:`save_pretrained`); returns ``path``."""
     groups = _shards(tensors, None if max_shard_size is None else parse_size(max_shard_size))
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)

@@ -166,6 +166,11 @@ def config_to_hf(config: TransformerConfig, model_type: str | None = None) -> di
     if config.qk_smear:
         raise ValueError(f"TransformerConfig.qk_smear={config.qk_smear} has no Hugging Face "
                          f"counterpart in {SUPPORTED_MODEL_TYPES}; only qk_smear=0 exports")
+    later = {k: getattr(config, k) for k in ("norm", "mlp", "o_bias", "mrope_section")}
+    if later != {"norm": "rmsnorm", "mlp": "swiglu", "o_bias": False, "mrope_section": None}:
+        raise ValueError(f"TransformerConfig {later} (a vision block or an M-RoPE decoder) has "
+                         f"no counterpart in {SUPPORTED_MODEL_TYPES}; a lab.nn.VLM saves as "
+                         "qwen3_vl")
     if mt == "qwen3" and not config.qk_norm:
         raise ValueError("model_type='qwen3' needs TransformerConfig.qk_norm=True")
     if mt in ("qwen2", "llama") and config.qk_norm:

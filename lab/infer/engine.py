@@ -15,6 +15,12 @@ lists of ids). Row ``b``'s prompt occupies cache slots ``0..lengths[b]-1`` at
 positions ``0..lengths[b]-1``; padding is written as empty slots (position -1)
 and never attended; the ``i``-th new token of row ``b`` sits at position
 ``lengths[b] + i``, whatever the cache policy kept.
+
+A vision-language prompt (:class:`lab.nn.VLM`) enters as ``embedded=``, the
+:class:`lab.nn.Embedded` that ``VLM.embed`` returns: its embeddings, M-RoPE
+positions and DeepStack features replace the token embeddings in the prefill, the
+cache stores its mask positions, and decoding continues at its ``next_position``
+(Qwen3-VL's ``max(position) + 1``) on the same loop as text.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from lab import parallel
 from lab.infer import decode, sampling
 from lab.infer import policies as policies_lib
 from lab.infer.options import GENERATE_CAPTURES, Eviction, GenerateOptions
-from lab.nn import KVCache, Transformer, check_tokens
+from lab.nn import VLM, Embedded, KVCache, Transformer, check_tokens
 from lab.nn.cache import check_cache
 
 __all__ = ["GENERATE_CAPTURES", "Generation", "GenerateOptions", "as_batch",
@@ -210,11 +216,12 @@ def _window(queries, positions, lengths, window: int, qlens):
 
 def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, *,
             eviction: Eviction, stats: tuple[str, ...] = (), hidden: bool = False,
-            fresh: bool = False):
+            fresh: bool = False, embedded: Embedded | None = None):
     """Feeds a right-padded chunk ``tokens [B, T]`` (``lengths [B]`` valid) onto
     ``cache`` (``fresh``: an empty one of capacity ``T``), then applies the policy
     (``budget [B]`` entries kept per KV head) and resizes to the plan's capacity. A
-    prompt is a chunk on an empty cache.
+    prompt is a chunk on an empty cache; ``embedded`` (a fresh prompt only) replaces the
+    tokens' embeddings and positions.
 
     Returns ``(logits [B, T, V], cache, Stats or None, hidden [L+1, B, T, D] or None)``;
     the Stats (of the chunk's queries over the cache before eviction) hold what the
@@ -230,9 +237,17 @@ def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, 
     capture = tuple(n for n in ("attn", "attn_colsum", "queries") if n in want)
     if hidden:
         capture += ("hidden",)
-    run = functools.partial(model, tokens, positions=positions, cache=cache, fresh=fresh)
+    if embedded is None:
+        run = functools.partial(model, tokens, positions=positions, cache=cache, fresh=fresh)
+        next_position = start + lengths
+    else:
+        positions = jnp.where(slot < lengths[:, None], embedded.positions, -1)
+        run = functools.partial(model, inputs_embeds=embedded.inputs_embeds,
+                                positions=positions, rope_positions=embedded.rope_positions,
+                                deepstack=embedded.deepstack, cache=cache, fresh=fresh)
+        next_position = embedded.next_position
     logits, new, inter = run(capture=capture) if capture else (*run(), None)
-    new = new._replace(length=cache.length + lengths, next_position=start + lengths)
+    new = new._replace(length=cache.length + lengths, next_position=next_position)
     out = None
     if want:
         queries = qpos = None
@@ -254,20 +269,25 @@ def _empty(model: Transformer, b: int, t: int) -> KVCache:
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("eviction", "stats"))
-def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, *, eviction, stats):
+def _prefill_jit(graphdef, state, tokens, lengths, budget, qlens, embedded, *, eviction, stats):
     model = nnx.merge(graphdef, state)
     logits, cache, st, _ = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budget,
-                                   qlens, eviction=eviction, stats=stats, fresh=True)
+                                   qlens, eviction=eviction, stats=stats, fresh=True,
+                                   embedded=embedded)
     return logits, cache, st
 
 
 def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 0.0,
             budget: int | None = None, capacity: int | None = None, lengths=None,
-            pad_id: int = 0, question_lengths=None, return_stats=False, **policy_kwargs):
+            pad_id: int = 0, question_lengths=None, return_stats=False,
+            embedded: Embedded | None = None, **policy_kwargs):
     """Runs the prompt and returns ``(logits [B, T, V], cache)`` (one jitted program).
 
     Args:
       tokens: ``[B, T]`` right-padded ids (with ``lengths [B]``) or a list of lists.
+        ``model`` may be a :class:`lab.nn.VLM`; its decoder runs on ``embedded``.
+      embedded: the prompt as :meth:`lab.nn.VLM.embed` returns it (images in place,
+        M-RoPE positions); default for a VLM: ``model.embed(tokens)`` (text only).
       policy: a name in :func:`lab.infer.policies.names` (or a ``Policy``),
         applied after the prompt with ``budget = int(T_b * (1 - ratio))`` per row
         (kvpress's rule); ``ratio=0`` keeps everything.
@@ -292,13 +312,45 @@ def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 
     longer than ``max_len``.
     """
     stats = _stat_names(return_stats)
+    model, embedded = _unwrap(model, tokens, lengths, pad_id, embedded)
     plan = _plan(model, tokens, lengths=lengths, pad_id=pad_id, policy=policy, ratio=ratio,
                  budget=budget, capacity=capacity, policy_kwargs=policy_kwargs,
                  question_lengths=question_lengths)
+    embedded = _check_embedded(embedded, plan.tokens, model.config)
     graphdef, state = nnx.split(model)
     logits, cache, st = _prefill_jit(graphdef, state, plan.tokens, plan.lengths, plan.budget,
-                                     plan.question_lengths, eviction=plan.eviction, stats=stats)
+                                     plan.question_lengths, embedded, eviction=plan.eviction,
+                                     stats=stats)
     return (logits, cache, st) if return_stats is not False else (logits, cache)
+
+
+def _unwrap(model, tokens, lengths, pad_id, embedded):
+    """``(decoder, embedded)``: a :class:`lab.nn.VLM`'s language model and its prompt
+    (``model.embed`` of the tokens when ``embedded`` is None); a Transformer as is."""
+    if not isinstance(model, VLM):
+        return model, embedded
+    if embedded is None:
+        toks, lens = as_batch(tokens, lengths, pad_id)
+        embedded = model.embed(toks, lengths=lens)
+    return model.language_model, embedded
+
+
+def _check_embedded(embedded, tokens: np.ndarray, config) -> Embedded | None:
+    """Raises ValueError unless ``embedded`` fits the padded prompt ``tokens [B, T]``."""
+    if embedded is None:
+        return None
+    if not isinstance(embedded, Embedded):
+        raise ValueError(f"embedded is a {type(embedded).__name__}; expected lab.nn.Embedded "
+                         "(what VLM.embed returns)")
+    b, t = tokens.shape
+    want = {"inputs_embeds": (b, t, config.d_model), "positions": (b, t),
+            "rope_positions": (3, b, t), "next_position": (b,)}
+    for name, shape in want.items():
+        got = tuple(np.shape(getattr(embedded, name)))
+        if got != shape:
+            raise ValueError(f"embedded.{name} has shape {got}; the prompt [B, T] = "
+                             f"{[b, t]} needs {shape}")
+    return embedded
 
 
 def _stat_names(return_stats) -> tuple[str, ...]:
@@ -335,11 +387,12 @@ _GEN_STATIC = ("opts", "eviction", "return_cache")
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=_GEN_STATIC)
-def _generate_jit(graphdef, state, tokens, lengths, budgets, qlens, key, temperature, *, opts,
-                  eviction, return_cache):
+def _generate_jit(graphdef, state, tokens, lengths, budgets, qlens, key, temperature, embedded,
+                  *, opts, eviction, return_cache):
     model = nnx.merge(graphdef, state)
     _, cache, _, hid = _extend(model, _empty(model, *tokens.shape), tokens, lengths, budgets[0],
-                               qlens, eviction=eviction, hidden=True, fresh=True)
+                               qlens, eviction=eviction, hidden=True, fresh=True,
+                               embedded=embedded)
     return _decode_from(model, cache, hid, lengths, key, temperature, opts=opts,
                         eviction=eviction, budget=budgets[1], return_cache=return_cache)
 
@@ -387,11 +440,15 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int | None = None,
              options: GenerateOptions | None = None, policy: str = "full", ratio: float = 0.0,
              budget: int | None = None, compress_every: int | None = None, lengths=None,
              pad_id: int = 0, capacity: int | None = None, question_lengths=None,
-             return_cache: bool = False, **kwargs) -> Generation:
+             return_cache: bool = False, embedded: Embedded | None = None,
+             **kwargs) -> Generation:
     """Generates ``max_new_tokens`` per row after the prompts (one jitted program).
 
     Args:
       tokens: ``[B, T]`` right-padded ids with ``lengths [B]``, or a list of lists.
+        ``model`` may be a :class:`lab.nn.VLM` (its decoder generates).
+      embedded: a VLM prompt as :meth:`lab.nn.VLM.embed` returns it (see
+        :func:`prefill`); decoding continues at its ``next_position``.
       max_new_tokens, temperature, top_k, top_p, stop_tokens, seed, capture: the
         sampling options (see :class:`GenerateOptions`), as keywords or grouped in
         ``options=``.
@@ -417,7 +474,8 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int | None = None,
     args, static = _generate_call(model, tokens, max_new_tokens, options, kwargs, policy=policy,
                                   ratio=ratio, budget=budget, compress_every=compress_every,
                                   lengths=lengths, pad_id=pad_id, capacity=capacity,
-                                  question_lengths=question_lengths, return_cache=return_cache)
+                                  question_lengths=question_lengths, return_cache=return_cache,
+                                  embedded=embedded)
     return _generate_jit(*args, **static)
 
 
@@ -425,15 +483,18 @@ def _generate_call(model, tokens, max_new_tokens, options, kwargs, **plan_kwargs
     """Checks :func:`generate`'s arguments; returns ``_generate_jit``'s ``(args, static)``."""
     sampling_kwargs, policy_kwargs = _split_kwargs(kwargs)
     return_cache = plan_kwargs.pop("return_cache")
+    model, embedded = _unwrap(model, tokens, plan_kwargs["lengths"], plan_kwargs["pad_id"],
+                              plan_kwargs.pop("embedded", None))
     opts = _options(options, max_new_tokens, sampling_kwargs, model.config.vocab_size)
     plan = _plan(model, tokens, max_new=opts.max_new_tokens + int(return_cache),
                  policy_kwargs=policy_kwargs, **plan_kwargs)
+    embedded = _check_embedded(embedded, plan.tokens, model.config)
     if opts.pad_id != plan_kwargs["pad_id"]:
         opts = dataclasses.replace(opts, pad_id=plan_kwargs["pad_id"])
     graphdef, state = nnx.split(model)
     rows = _data_split((plan.tokens, plan.lengths, (plan.budget, plan.decode_budget),
                         plan.question_lengths), state)
-    args = (graphdef, state, *rows, jax.random.key(opts.seed), _temperature(opts))
+    args = (graphdef, state, *rows, jax.random.key(opts.seed), _temperature(opts), embedded)
     return args, dict(opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
 
 
@@ -466,6 +527,8 @@ def continue_generation(model: Transformer, cache: KVCache, tokens, *,
     Returns a :class:`Generation`; raises ValueError as :func:`generate` does, and for
     a cache whose batch differs from ``tokens``'.
     """
+    if isinstance(model, VLM):  # the next turn is text: the decoder continues
+        model = model.language_model
     if not isinstance(cache, KVCache) or cache.next_position is None:
         raise ValueError("cache must be a KVCache from generate(..., return_cache=True) or "
                          "prefill (one that tracks next_position)")

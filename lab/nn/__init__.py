@@ -1,9 +1,19 @@
 """Flax NNX modules shared by Lab's methods."""
 
 from lab.nn.cache import KVCache, LayerKV
-from lab.nn.config import TransformerConfig
+from lab.nn.config import TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.flops import VitDims, transformer_flops, vit_flops, vlm_flops
-from lab.nn.layers import Fused, RMSNorm, SwiGLU, apply_rope, rope_frequencies
+from lab.nn.layers import (
+                           Fused,
+                           GeluMLP,
+                           LayerNorm,
+                           RMSNorm,
+                           SwiGLU,
+                           apply_rope,
+                           axial_angles,
+                           mrope_angles,
+                           rope_frequencies,
+)
 from lab.nn.transformer import (
                                 CAPTURES,
                                 Attention,
@@ -14,10 +24,14 @@ from lab.nn.transformer import (
                                 fuse_qkv,
                                 split_qkv,
 )
+from lab.nn.vision import PatchMerger, VisionEncoder
+from lab.nn.vlm import VLM, Embedded, choice_posterior, rope_index
 
 __all__ = [
-    "CAPTURES", "Attention", "Block", "Fused", "Intermediates", "KVCache", "LayerKV", "RMSNorm",
-    "SwiGLU", "Transformer", "TransformerConfig", "apply_rope", "check_tokens", "fuse_qkv",
-    "rope_frequencies", "split_qkv",
+    "CAPTURES", "VLM", "Attention", "Block", "Embedded", "Fused", "GeluMLP", "Intermediates",
+    "KVCache", "LayerKV", "LayerNorm", "PatchMerger", "RMSNorm", "SwiGLU", "Transformer",
+    "TransformerConfig", "VLMConfig", "VisionConfig", "VisionEncoder", "apply_rope",
+    "axial_angles", "check_tokens", "choice_posterior", "fuse_qkv", "mrope_angles",
+    "rope_frequencies", "rope_index", "split_qkv",
+    "VitDims", "transformer_flops", "vit_flops", "vlm_flops",
 ]
-__all__ += ["VitDims", "transformer_flops", "vit_flops", "vlm_flops"]

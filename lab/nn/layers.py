@@ -1,10 +1,12 @@
-"""Small building blocks of the decoder: RMSNorm, rotary embeddings, fused projections,
-SwiGLU, and the causal q/k smear."""
+"""Small building blocks of the decoder: RMSNorm, LayerNorm, rotary embeddings (1-D,
+multimodal M-RoPE, 2-D axial), fused projections, SwiGLU, the GELU MLP of a ViT, and the
+causal q/k smear."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -21,9 +23,69 @@ class RMSNorm(nnx.Module):
         return (xf * self.weight[...].astype(jnp.float32)).astype(x.dtype)
 
 
+class LayerNorm(nnx.Module):
+    """LayerNorm with scale and bias, ``(x - mean) / sqrt(var + eps) * weight + bias``,
+    computed in float32 (the two-pass variance of ``torch.nn.LayerNorm``)."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+        self.bias = nnx.Param(jnp.zeros((dim,), dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        xf = x.astype(jnp.float32)
+        xc = xf - jnp.mean(xf, axis=-1, keepdims=True)
+        xf = xc * jax.lax.rsqrt(jnp.mean(xc * xc, axis=-1, keepdims=True) + self.eps)
+        out = xf * self.weight[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        return out.astype(x.dtype)
+
+
 def rope_frequencies(head_dim: int, theta: float) -> jax.Array:
     """Inverse frequencies ``theta ** (-2i / head_dim)`` (Hugging Face's default rope)."""
     return 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+
+
+def rope_angles(positions: jax.Array, head_dim: int, theta: float) -> jax.Array:
+    """Rotary angles ``[..., head_dim / 2]`` of integer ``positions [...]`` (1-D RoPE)."""
+    return positions.astype(jnp.float32)[..., None] * rope_frequencies(head_dim, theta)
+
+
+def mrope_angles(positions: jax.Array, head_dim: int, theta: float,
+                 section: tuple[int, int, int]) -> jax.Array:
+    """Qwen3-VL's interleaved M-RoPE angles ``[B, T, head_dim / 2]`` of ``positions [3, B, T]``
+    (temporal, height, width rows).
+
+    Frequency ``j`` turns with the height position when ``j % 3 == 1`` and ``j < 3 *
+    section[1]``, with the width position when ``j % 3 == 2`` and ``j < 3 * section[2]``,
+    and with the temporal one otherwise (``Qwen3VLTextRotaryEmbedding``); equal rows give
+    :func:`rope_angles` of that row.
+    """
+    axis = np.zeros(head_dim // 2, np.int32)
+    axis[1:3 * section[1]:3] = 1
+    axis[2:3 * section[2]:3] = 2
+    ang = rope_angles(positions, head_dim, theta)                    # [3, B, T, D/2]
+    return sum(jnp.where(jnp.asarray(axis == a), ang[a], 0.0) for a in range(3))
+
+
+def axial_angles(rows: jax.Array, cols: jax.Array, head_dim: int, theta: float) -> jax.Array:
+    """2-D (axial) rotary angles ``[..., head_dim / 2]`` of patch ``rows`` and ``cols``: the
+    first half of the frequencies turn with the row, the second with the column, each
+    half the frequencies of a ``head_dim / 2`` RoPE (Qwen3-VL's vision rotary)."""
+    half = head_dim // 2
+    return jnp.concatenate([rope_angles(rows, half, theta), rope_angles(cols, half, theta)],
+                           axis=-1)
+
+
+def rotate(x: jax.Array, angles: jax.Array) -> jax.Array:
+    """Rotates ``x [B, T, H, D]`` by ``angles [B, T, D/2]`` (the rotate-half convention of HF
+    Llama: channel ``i`` pairs with ``i + D/2``)."""
+    d = x.shape[-1]
+    cos = jnp.cos(angles)[:, :, None, :]
+    sin = jnp.sin(angles)[:, :, None, :]
+    xf = x.astype(jnp.float32)
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
@@ -31,14 +93,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
     Positions may be any integers (an evicted cache keeps original positions).
     """
-    d = x.shape[-1]
-    angles = positions.astype(jnp.float32)[..., None] * rope_frequencies(d, theta)  # [B, T, D/2]
-    cos = jnp.cos(angles)[:, :, None, :]
-    sin = jnp.sin(angles)[:, :, None, :]
-    xf = x.astype(jnp.float32)
-    x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return out.astype(x.dtype)
+    return rotate(x, rope_angles(positions, x.shape[-1], theta))
 
 
 class Fused(nnx.Module):
@@ -94,6 +149,23 @@ class SwiGLU(nnx.Module):
         shape = x.shape
         gu = self.gate_up(x.reshape(-1, shape[-1]))                  # [N, 2, F]
         return self.down(jax.nn.silu(gu[:, 0]) * gu[:, 1]).reshape(*shape[:-1], -1)
+
+
+class GeluMLP(nnx.Module):
+    """``fc2(gelu(fc1(x)))`` with biases: a ViT's MLP (Qwen3-VL's ``Qwen3VLVisionMLP``);
+    ``approximate``: the tanh GELU (Hugging Face's ``gelu_pytorch_tanh``), else erf."""
+
+    def __init__(self, d_model: int, d_ff: int, *, approximate: bool, dtype, init_std: float,
+                 rngs: nnx.Rngs):
+        init = nnx.initializers.normal(init_std)
+        self.fc1 = nnx.Linear(d_model, d_ff, param_dtype=dtype, dtype=dtype, kernel_init=init,
+                              rngs=rngs)
+        self.fc2 = nnx.Linear(d_ff, d_model, param_dtype=dtype, dtype=dtype, kernel_init=init,
+                              rngs=rngs)
+        self.approximate = approximate
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.fc2(jax.nn.gelu(self.fc1(x), approximate=self.approximate))
 
 
 def causal_smear(x: jax.Array, positions: jax.Array, weights: jax.Array,

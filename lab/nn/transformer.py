@@ -30,12 +30,16 @@ from lab.nn.cache import KVCache, LayerKV, check_cache, write
 from lab.nn.config import TransformerConfig
 from lab.nn.layers import (
     Fused,
+    GeluMLP,
+    LayerNorm,
     RMSNorm,
     SwiGLU,
     apply_rope,
     causal_smear,
     last_tokens,
+    mrope_angles,
     normal_kernels,
+    rotate,
 )
 
 CAPTURES = ("hidden", "attn", "attn_colsum", "queries")
@@ -100,7 +104,7 @@ class Attention(nnx.Module):
         kernel = fuse_qkv(*parts, config=c)
         bias = fuse_qkv(*(b[None] for b in biases), config=c)[0] if c.qkv_bias else None
         self.qkv = Fused(kernel, bias, dtype=dt)
-        self.o = nnx.Linear(c.n_heads * hd, c.d_model, use_bias=False, param_dtype=dt, dtype=dt,
+        self.o = nnx.Linear(c.n_heads * hd, c.d_model, use_bias=c.o_bias, param_dtype=dt, dtype=dt,
                             kernel_init=nnx.initializers.normal(c.init_std), rngs=rngs)
         if c.qk_norm:
             self.q_norm = RMSNorm(hd, eps=c.norm_eps, dtype=dt)
@@ -119,9 +123,13 @@ class Attention(nnx.Module):
         return (qkv[:, :, :, :g].reshape(b, t, c.n_heads, c.head_dim),
                 qkv[:, :, :, g], qkv[:, :, :, g + 1])
 
-    def rotate(self, q, k, positions, *, src_positions=None, tail=None, tail_positions=None):
+    def rotate(self, q, k, positions, *, src_positions=None, tail=None, tail_positions=None,
+               rope=None):
         """Raw ``q [B, T, H, hd]``, ``k [B, T, Hkv, hd]`` -> smeared (``qk_smear``), normed
         (``qk_norm``) and rotated ``q [B, H, T, hd]``, ``k [B, Hkv, T, hd]``.
+
+        ``rope [B, T, hd/2]``: the rotary angles of each token (M-RoPE, 2-D vision
+        rope); default: the 1-D RoPE of ``positions``.
 
         ``tail [B, S, H + Hkv, hd]`` at ``tail_positions [B, S]`` holds the raw q/k of
         the tokens before these (a decode cache's :attr:`KVCache.qk_tail`);
@@ -139,8 +147,11 @@ class Attention(nnx.Module):
             k = smear(k, weights=self.k_smear[...], prev=tail[:, :, c.n_heads:])
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, positions, c.rope_theta)
-        k = apply_rope(k, positions, c.rope_theta)
+        if rope is None:
+            q = apply_rope(q, positions, c.rope_theta)
+            k = apply_rope(k, positions, c.rope_theta)
+        else:
+            q, k = rotate(q, rope), rotate(k, rope)
         return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
 
     def attend(self, q, k, v, mask, bias, *, probs: bool, colsum: bool, causal: bool = False):
@@ -184,25 +195,37 @@ def split_qkv(qkv: jax.Array, *, config: TransformerConfig):
             qkv[:, :, g + 1].reshape(d, -1))
 
 
+def make_norm(config: TransformerConfig, dim: int | None = None):
+    """The block's norm of ``config.norm``: RMSNorm or LayerNorm (width ``dim``, default
+    ``d_model``)."""
+    cls = RMSNorm if config.norm == "rmsnorm" else LayerNorm
+    return cls(dim or config.d_model, eps=config.norm_eps, dtype=config.jnp_dtype)
+
+
 class Block(nnx.Module):
-    """One pre-norm decoder block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+    """One pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
 
     :meth:`__call__` is the only implementation of attention + MLP in Lab: the full
-    forward, prefill on a cache, the jitted decode loop and every capture run it.
+    forward, prefill on a cache, the jitted decode loop, every capture and the vision
+    tower's bidirectional blocks (``norm="layernorm"``, ``mlp="gelu_tanh"``) run it.
     """
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         dt = config.jnp_dtype
-        self.attn_norm = RMSNorm(config.d_model, eps=config.norm_eps, dtype=dt)
+        self.attn_norm = make_norm(config)
         self.attn = Attention(config, rngs=rngs)
-        self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps, dtype=dt)
-        self.mlp = SwiGLU(config.d_model, config.d_ff, dtype=dt, init_std=config.init_std,
-                          rngs=rngs)
+        self.mlp_norm = make_norm(config)
+        if config.mlp == "swiglu":
+            self.mlp = SwiGLU(config.d_model, config.d_ff, dtype=dt, init_std=config.init_std,
+                              rngs=rngs)
+        else:
+            self.mlp = GeluMLP(config.d_model, config.d_ff, approximate=config.mlp == "gelu_tanh",
+                               dtype=dt, init_std=config.init_std, rngs=rngs)
         self.config = config
 
     def __call__(self, x: jax.Array, *, positions: jax.Array, key_positions=None,
                  cache: LayerKV | None = None, slot=None, mask=None, bias=None,
-                 capture: Sequence[str] = (), fresh: bool = False):
+                 capture: Sequence[str] = (), fresh: bool = False, rope=None):
         """Runs the block on ``x [B, T, D]``.
 
         Args:
@@ -221,6 +244,8 @@ class Block(nnx.Module):
             0, capacity ``T``): the queries attend to ``x``'s own keys, as without a
             cache, so attention can skip the causal upper triangle; the keys and
             values are still written.
+          rope: ``[B, T, hd/2]`` rotary angles replacing the 1-D RoPE of ``positions``
+            (which still give the mask and the cache's stored positions).
 
         Returns:
           ``(x [B, T, D], cache or None, {"attn", "attn_colsum", "queries"})``: the
@@ -232,7 +257,8 @@ class Block(nnx.Module):
         qr, kr, v = self.attn.qkv_raw(self.attn_norm(x))
         tail = cache.qk_tail if cache is not None and c.qk_smear else None
         q, k = self.attn.rotate(qr, kr, positions, src_positions=kpos, tail=tail,
-                                tail_positions=None if tail is None else cache.tail_positions)
+                                tail_positions=None if tail is None else cache.tail_positions,
+                                rope=rope)
         v = v.transpose(0, 2, 1, 3)
         if cache is not None:
             tail_pos = cache.tail_positions
@@ -294,10 +320,13 @@ class Transformer(nnx.Module):
 
     def blocks(self, x: jax.Array, *, positions: jax.Array, key_positions=None, caches=None,
                slot=None, mask=None, bias=None, capture: Sequence[str] = (),
-               fresh: bool = False):
+               fresh: bool = False, rope=None, deepstack=None):
         """Runs every :class:`Block` on the residual stream ``x [B, T, D]``.
 
         ``caches``: one :class:`LayerKV` per layer (or None), written at ``slot [B]``.
+        ``rope [B, T, hd/2]``: rotary angles for every block (default: from ``positions``).
+        ``deepstack [K, B, T, D]``: added to the residual stream after block ``k < K``
+        (DeepStack's visual features, zero at text tokens).
         Returns ``(x, caches or None, Intermediates)`` (see :meth:`__call__` for the
         other arguments; ``capture`` may also hold ``"hidden"``).
         """
@@ -306,7 +335,9 @@ class Transformer(nnx.Module):
         for i, layer in enumerate(self.layers):
             x, lc, got = layer(x, positions=positions, key_positions=key_positions,
                                cache=None if caches is None else caches[i], slot=slot,
-                               mask=mask, bias=bias, capture=capture, fresh=fresh)
+                               mask=mask, bias=bias, capture=capture, fresh=fresh, rope=rope)
+            if deepstack is not None and i < deepstack.shape[0]:
+                x = x + deepstack[i].astype(x.dtype)
             new.append(lc)
             hidden.append(x)
             for name in out:
@@ -319,7 +350,8 @@ class Transformer(nnx.Module):
     def __call__(self, tokens: jax.Array | None = None, *, inputs_embeds: jax.Array | None = None,
                  positions: jax.Array | None = None, mask: jax.Array | None = None,
                  bias: jax.Array | None = None, capture: Sequence[str] = (),
-                 cache: KVCache | None = None, fresh: bool = False):
+                 cache: KVCache | None = None, fresh: bool = False,
+                 rope_positions: jax.Array | None = None, deepstack: jax.Array | None = None):
         """Runs the model.
 
         Args:
@@ -335,6 +367,12 @@ class Transformer(nnx.Module):
             ``cache.length`` and the queries attend to every valid entry.
           fresh: with an empty ``cache`` of capacity ``T``: attend as without a
             cache (see :meth:`Block.__call__`); the numbers are the same.
+          rope_positions: ``[3, B, T]`` M-RoPE (temporal, height, width) positions of
+            a model with ``config.mrope_section`` (:func:`lab.nn.layers.mrope_angles`);
+            ``positions`` still give the mask and the cache's stored positions.
+            Default: every row equal to ``positions`` (the plain RoPE).
+          deepstack: ``[K, B, T, D]`` added to the residual stream after each of the
+            first ``K`` blocks (Qwen3-VL's DeepStack visual features).
 
         Returns:
           ``logits [B, T, V]`` (float32); ``(logits, Intermediates)`` when
@@ -369,11 +407,20 @@ class Transformer(nnx.Module):
             else:
                 full_mask = mask
         key_pos = positions if token_valid is None else jnp.where(token_valid, positions, -1)
+        rope = None
+        if rope_positions is not None:
+            if c.mrope_section is None:
+                raise ValueError("rope_positions given but TransformerConfig.mrope_section is "
+                                 "None; only an M-RoPE model takes [3, B, T] positions")
+            rp = jnp.asarray(rope_positions)
+            if rp.shape != (3, b, t):
+                raise ValueError(f"rope_positions has shape {rp.shape}; expected (3, {b}, {t})")
+            rope = mrope_angles(rp, c.head_dim, c.rope_theta, c.mrope_section)
         x, caches, inter = self.blocks(
             x, positions=positions, key_positions=key_pos,
             caches=None if cache is None else cache.layers(),
             slot=None if cache is None else cache.length, mask=full_mask, bias=bias,
-            capture=capture, fresh=fresh and cache is not None)
+            capture=capture, fresh=fresh and cache is not None, rope=rope, deepstack=deepstack)
         logits = self.unembed(x)
         if cache is not None:
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \
