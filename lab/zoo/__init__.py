@@ -1,10 +1,11 @@
 """Named small LMs that Lab ships trained, or trains on its synthetic tasks on first use.
 
 ``zoo.load("lm-xs-long") -> (model, tokenizer)``; ``zoo.list()`` names them and says
-where each would come from; ``zoo.load_spec(ZooSpec(...))`` loads or trains a method's
-own model (``zoo.spec_from_config`` builds one from a launcher's ``config.zoo``
-block); ``zoo.load_model(name_or_dir)`` takes a zoo name or a Hugging Face checkpoint
-directory.
+where each would come from; ``zoo.regime("cot-s")`` gives a reasoning model's measured
+chain-of-thought regime (:mod:`lab.zoo.reasoning`); ``zoo.load_spec(ZooSpec(...))`` loads
+or trains a method's own model (``zoo.spec_from_config`` builds one from a launcher's
+``config.zoo`` block); ``zoo.load_model(name_or_dir)`` takes a zoo name or a Hugging Face
+checkpoint directory.
 
 Where the weights come from (``source=``, or ``$LAB_ZOO``; default ``"auto"``):
 
@@ -265,9 +266,30 @@ def metrics(spec: ZooSpec | str) -> dict:
         return json.load(f)
 
 
+def regime(spec: ZooSpec | str, *, source: str | None = None) -> dict:
+    """The chain-of-thought regime of a model whose spec sets ``regime``
+    (:mod:`lab.zoo.reasoning`: accuracy by difficulty, pass@k, the checks): the block stored
+    in its metrics when it was measured with the spec's current :class:`RegimeConfig`,
+    else measured now on the loaded model (trained first if need be)."""
+    from lab.zoo import reasoning
+
+    spec = get_spec(spec) if isinstance(spec, str) else spec
+    if spec.regime is None:
+        raise ValueError(f"{spec.name} has no regime (ZooSpec.regime is None); the reasoning "
+                         "zoo's models have one")
+    model, tok = load_spec(spec, source=source)
+    stored = metrics(spec).get("regime")
+    if stored and stored["config"] == reasoning.RegimeConfig.from_mapping(
+            spec.regime).to_dict():
+        return stored
+    from lab.zoo.train import build_data
+
+    return reasoning.spec_regime(spec, model, set(build_data(spec)[0]["prompt"]), tok)
+
+
 __all__ = [
     "NAMED", "SOURCES", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root",
     "entry_path", "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base",
-    "load_model", "load_spec", "loads", "metrics", "resolve_source", "shipped_dir",
+    "load_model", "load_spec", "loads", "metrics", "regime", "resolve_source", "shipped_dir",
     "spec_from_config", "train_recipe",
 ]

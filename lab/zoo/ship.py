@@ -10,7 +10,9 @@ else float32), beside its spec, its ``metrics.json`` and a SHA-256 manifest.
 held-out result, the host that shipped it, and a small check set (the first
 :data:`CHECK_PER_TASK` held-out rows of each task, by their index in
 :func:`lab.zoo.train.held_out_pool`) with the shipped model's exact match on it, which
-the tests re-measure. ``held_out`` becomes the shipped (rounded) model's result.
+the tests re-measure. ``held_out`` becomes the shipped (rounded) model's result, and so
+does ``regime`` for a reasoning model (:mod:`lab.zoo.reasoning`; the float32 model's
+stays as ``shipped["regime_float32"]``).
 
 An entry already shipped under the same key is left as it is (a rerun changes no
 file, so the repository's history only grows when a recipe changes) unless
@@ -119,6 +121,12 @@ def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
     elif "host" not in metrics:
         shipped["host_of_training"] = "not recorded; shipped_on is the host that shipped it"
     metrics = {**metrics, "held_out": result, "shipped": shipped}
+    if spec.regime is not None:  # the regime of the model as shipped (rounded), not float32's
+        from lab.zoo.reasoning import spec_regime
+
+        shipped["regime_float32"] = metrics.get("regime")
+        train, _, _ = build_data(spec)
+        metrics["regime"] = spec_regime(spec, model, set(train["prompt"]), tok)
     write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
                              "format": ZOO_FORMAT}, metrics, root=root, dtype=dtype)
     for old in entry_keys(root, name):

@@ -54,6 +54,10 @@ class ZooSpec:
                 initialisation. Hashed as the base's cache key, so a changed base
                 retrains its fine-tunes.
     description: free text for ``zoo.list()``; not hashed.
+    regime:     None, or the :class:`lab.zoo.reasoning.RegimeConfig` fields to override
+                (``{}``: the defaults): after training, measure the chain-of-thought
+                regime on the mixture's arithmetic task and store it in the metrics
+                under ``"regime"``. Not hashed (it changes no weight).
     """
 
     name: str
@@ -66,6 +70,7 @@ class ZooSpec:
     prompt_weight: float = 0.0
     init: str = ""
     description: str = ""
+    regime: Mapping[str, Any] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -95,6 +100,17 @@ class ZooSpec:
                                  f"any of {sorted(GENERATORS)}")
         if "steps" not in self.train:
             raise ValueError("ZooSpec.train has no 'steps'")
+        if self.regime is not None:
+            if not isinstance(self.regime, Mapping):
+                raise ValueError(f"ZooSpec.regime={self.regime!r}; expected None or a mapping "
+                                 "of RegimeConfig fields")
+            if "arithmetic" not in self.data["tasks"]:
+                raise ValueError(f"ZooSpec.regime is set but data['tasks'] "
+                                 f"{sorted(self.data['tasks'])} has no 'arithmetic', the task "
+                                 "the regime is measured on")
+            from lab.zoo.reasoning import RegimeConfig
+
+            RegimeConfig.from_mapping(self.regime)  # raises ValueError naming a bad field
 
     def base(self) -> ZooSpec | None:
         """The spec of :attr:`init` (None without one); raises ValueError for an unknown
@@ -134,11 +150,14 @@ class ZooSpec:
         return f"{self.name}-{self.digest()}"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "model": self.model.to_dict(),
-                "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
-                "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
-                "prompt_weight": self.prompt_weight, "init": self.init,
-                "description": self.description}
+        out = {"name": self.name, "model": self.model.to_dict(),
+               "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
+               "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
+               "prompt_weight": self.prompt_weight, "init": self.init,
+               "description": self.description}
+        if self.regime is not None:  # only when set: other specs' spec.json stay as they were
+            out["regime"] = _canonical(dict(self.regime))
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping) -> ZooSpec:
@@ -248,6 +267,44 @@ def _copy_stage(base: str, model: TransformerConfig, learning_rate: float) -> Zo
                      f"that {base}'s lookup builds on"))
 
 
+# The reasoning zoo's task: lab.data's multi-step arithmetic chains of 1-5 steps on two-digit
+# operands, where every level has prompts outside the training set (one-digit one-step sums
+# are only 162 prompts, all of them seen in training); 5 steps, not 4, so that the hardest
+# level stays hard for the largest size (docs/zoo.md).
+COT_TASK = {"arithmetic": {"steps": (1, 5), "digits": 2, "ops": "+-"}}
+# The first stage's task: the same chains with one- and two-digit operands. A model trained
+# on two-digit chains from scratch sits on a plateau (format right, sums wrong) for a number
+# of steps that varies by size and seed; after this stage it leaves the plateau within a few
+# hundred steps of the second (docs/zoo.md has the recipes tried).
+COT_WARMUP_TASK = {"arithmetic": {"steps": (1, 5), "digits": (1, 2), "ops": "+-"}}
+COT_SEQ_LEN = 128  # packed rows; the longest example (5 steps, 3-digit partials) is 90 tokens
+
+
+def cot_specs(name: str, model: TransformerConfig, steps: tuple[int, int],
+              learning_rate: float, description: str, *, batch_size: int = 32,
+              n_train: int = 60000, seed: int = 0) -> dict[str, ZooSpec]:
+    """A chain-of-thought solver of :data:`COT_TASK` in two stages, ``{name}-digits`` then
+    ``name``: ``steps[0]`` updates on :data:`COT_WARMUP_TASK`, then ``steps[1]`` on
+    :data:`COT_TASK` from the first stage's weights, each a :func:`train_recipe` of
+    ``batch_size`` packed rows of :data:`COT_SEQ_LEN` tokens (the second with 100 warm-up
+    steps whatever its length, as the recipe gives 1,000 steps or more); the second stage's regime
+    (:mod:`lab.zoo.reasoning`) is measured after training."""
+    def stage(stage_name, n_steps, tasks, init, regime, text, **train):
+        return ZooSpec(
+            name=stage_name, model=model,
+            train=train_recipe(n_steps, learning_rate, seed=seed,
+                               eval_every=max(n_steps // 4, 1), checkpoint_every=500, **train),
+            data={"tasks": tasks, "n_train": n_train, "n_eval": 64, "seed": seed},
+            seq_len=COT_SEQ_LEN, batch_size=batch_size, init=init, regime=regime,
+            description=text)
+
+    first = stage(f"{name}-digits", steps[0], COT_WARMUP_TASK, "", None,
+                  f"{name}'s first stage: chains on one- and two-digit operands")
+    return {first.name: first,
+            name: stage(name, steps[1], COT_TASK, first.name, {}, description,
+                        warmup_steps=100)}
+
+
 NAMED: dict[str, ZooSpec] = {
     "lm-test": ZooSpec(
         name="lm-test", model=byte_lm(32, 1, 2, 1, 64, 64),
@@ -309,4 +366,18 @@ NAMED: dict[str, ZooSpec] = {
         data={"tasks": _tasks((256, 1920)), "n_train": 120000, "n_eval": 64, "seed": 0},
         seq_len=2048, batch_size=8,
         description="4 layers, d=256 (3.1M params), contexts up to 1920 tokens (a GPU host)"),
+    # The reasoning zoo (lab.zoo.reasoning): chain-of-thought solvers of two-digit arithmetic
+    # chains at three widths, a student, a teacher and a pool between; cot-m's second stage is
+    # shorter, which keeps its hardest level hard. docs/zoo.md has their accuracy by
+    # difficulty, pass@k, training times and every recipe tried.
+    **cot_specs(
+        "cot-xs", byte_lm(64, 2, 4, 2, 256, COT_SEQ_LEN), (500, 1200), 3e-3,
+        "2 layers, d=64: the reasoning zoo's student (arithmetic chains of 1-5 two-digit "
+        "steps)"),
+    **cot_specs(
+        "cot-s", byte_lm(80, 2, 4, 2, 320, COT_SEQ_LEN), (500, 1200), 3e-3,
+        "2 layers, d=80: the reasoning zoo's middle size"),
+    **cot_specs(
+        "cot-m", byte_lm(96, 2, 4, 2, 384, COT_SEQ_LEN), (500, 750), 3e-3,
+        "2 layers, d=96: the reasoning zoo's teacher"),
 }

@@ -73,7 +73,9 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
     :func:`lab.zoo.evaluate.evaluate`), wall and CPU seconds of data
     generation, training and evaluation, the host that trained it
     (:func:`lab.host.describe`), the loss curve, the held-out exact match per task
-    every ``eval_every`` steps (``held_out_curve``), the parameter count.
+    every ``eval_every`` steps (``held_out_curve``), the parameter count, and for a spec
+    with ``regime`` set the chain-of-thought regime (:mod:`lab.zoo.reasoning`, ``"regime"``,
+    timed as ``seconds["regime"]``).
     A ``workdir`` holds the trainer's checkpoints, so a killed run resumes.
     ``init``: a trained model of the same config whose weights start training
     (the spec's :attr:`ZooSpec.init` base).
@@ -99,6 +101,12 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
     final = evaluated.get(config.steps) or evaluate(model, held_out, tok, spec.seq_len)
     results = {"train": evaluate(model, train_eval, tok, spec.seq_len), "held_out": final}
     t3, c3 = time.time(), time.process_time()
+    regime = {}
+    if spec.regime is not None:  # the chain-of-thought regime (lab.zoo.reasoning)
+        from lab.zoo.reasoning import spec_regime
+
+        regime = {"regime": spec_regime(spec, model, set(train["prompt"]), tok)}
+    t4, c4 = time.time(), time.process_time()
     losses = [(r["step"], r["loss"]) for r in trainer.history if "loss" in r]
     curve = [r for r in trainer.history if any(k.startswith("eval/") for k in r)]
     metrics = {
@@ -112,5 +120,9 @@ def train_model(spec: ZooSpec, workdir: str | None, progress: bool = True,
         "seconds": {"data": t1 - t0, "train": t2 - t1, "eval": t3 - t2},
         "cpu_seconds": {"data": c1 - c0, "train": c2 - c1, "eval": c3 - c2},
         "host": host.describe(),
+        **regime,
     }
+    if regime:
+        metrics["seconds"]["regime"] = t4 - t3
+        metrics["cpu_seconds"]["regime"] = c4 - c3
     return model, metrics
