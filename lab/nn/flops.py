@@ -9,6 +9,9 @@ products and O(tokens^2 x width) of attention, a few percent at the sizes
 where FLOPs matter (``tests/nn/test_flops.py`` measures the gap to XLA's
 count, which includes them).
 
+:func:`vlm_config_flops` counts a :class:`lab.nn.VLM` from its config and the frame
+count and resolution (the ViT's dimensions from :func:`vision_dims`).
+
 Attention's two products, ``Q K^T`` and ``P V``, cost ``2 * H * hd`` FLOPs per
 (query, key) pair each. Which pairs are computed depends on the kernel:
 
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from flax import nnx
+
 from kernels_pallas.attention import causal_block
-from lab.nn.config import TransformerConfig
+from lab.nn.config import TransformerConfig, VisionConfig, VLMConfig
 
 ATTENTION_COUNTS = ("lab", "dense", "causal")
 
@@ -171,3 +176,52 @@ def vlm_flops(dims: VitDims, config: TransformerConfig, batch: int, images: int,
     vision = vit_flops(dims, b * images)["total"]
     lm = transformer_flops(config, b, seq, attention=attention)["total"]
     return {"vision": vision, "lm": lm, "total": vision + lm, "lm_tokens": seq}
+
+
+def vision_dims(vision: VisionConfig, height: int, width: int) -> VitDims:
+    """The :class:`VitDims` of :class:`lab.nn.VisionEncoder` with ``vision``'s config on
+    ``height x width`` pixel frames (multiples of ``patch_size * spatial_merge_size``):
+    ``(height / P) (width / P)`` patches of ``C x Tp x P x P`` pixels, a GELU MLP of
+    ``d_ff``, the ``m^2 D -> m^2 D -> out_dim`` merger."""
+    step = vision.patch_size * vision.spatial_merge_size
+    for name, value in (("height", height), ("width", width)):
+        _check_count(name, value)
+        if value % step:
+            raise ValueError(f"{name}={value} is not a multiple of patch_size * "
+                             f"spatial_merge_size = {step}")
+    return VitDims(patches=(height // vision.patch_size) * (width // vision.patch_size),
+                   patch_size=vision.patch_size, d_model=vision.d_model,
+                   n_layers=vision.n_layers, n_heads=vision.n_heads, head_dim=vision.head_dim,
+                   mlp_dim=vision.d_ff, channels=vision.in_channels,
+                   temporal_patch=vision.temporal_patch_size, merge=vision.spatial_merge_size,
+                   out_dim=vision.out_dim)
+
+
+def vlm_config_flops(model: VLMConfig | nnx.Module, batch: int, frames: int, height: int,
+                     width: int, text_tokens: int, *, attention: str = "lab") -> dict[str, int]:
+    """Forward FLOPs of :class:`lab.nn.VLM` (or its :class:`VLMConfig`) on ``batch`` rows,
+    each ``frames`` frames (or images) of ``height x width`` pixels and ``text_tokens``
+    other tokens (question, vision start / end markers, timestamps).
+
+    ``frames / temporal_patch_size`` temporal patches per row go through the ViT
+    (:func:`vit_flops` of :func:`vision_dims`; each DeepStack merger costs one more
+    projector), their ``(h / m) (w / m)`` merged tokens each plus ``text_tokens`` through
+    the decoder (:func:`transformer_flops`, LM head included). Returns ``{"vision", "lm",
+    "total", "lm_tokens", "visual_tokens"}`` (``visual_tokens`` per row), so a method's
+    compute budget (frames x resolution) needs no hand-built :class:`VitDims`.
+    """
+    config = getattr(model, "config", model)
+    if not isinstance(config, VLMConfig):
+        raise ValueError(f"model={type(model).__name__}; expected a lab.nn.VLM or VLMConfig")
+    tp = config.vision.temporal_patch_size
+    _check_count("frames", frames)
+    if frames % tp:
+        raise ValueError(f"frames={frames} is not a multiple of temporal_patch_size={tp}")
+    dims = vision_dims(config.vision, height, width)
+    out = vlm_flops(dims, config.text, batch, frames // tp, text_tokens, attention=attention)
+    vit = vit_flops(dims, batch * (frames // tp))
+    deep = len(config.vision.deepstack_layers) * vit["projector"]
+    out["vision"] += deep
+    out["total"] += deep
+    out["visual_tokens"] = (frames // tp) * dims.tokens_out
+    return out

@@ -12,8 +12,24 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lab.nn import KVCache, Transformer, TransformerConfig
-from lab.nn.flops import VitDims, attention_pairs, transformer_flops, vit_flops, vlm_flops
+from lab.nn import (
+    VLM,
+    KVCache,
+    Transformer,
+    TransformerConfig,
+    VisionConfig,
+    VLMConfig,
+    rope_index,
+)
+from lab.nn.flops import (
+    VitDims,
+    attention_pairs,
+    transformer_flops,
+    vision_dims,
+    vit_flops,
+    vlm_config_flops,
+    vlm_flops,
+)
 
 TINY = TransformerConfig(vocab_size=32, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1,
                          head_dim=4, d_ff=16, max_len=64)
@@ -166,3 +182,54 @@ def test_bad_input_names_the_argument():
                                          r"d_model=8"):
         vlm_flops(VitDims(patches=4, patch_size=2, d_model=8, n_layers=1, n_heads=2,
                           head_dim=4, mlp_dim=16, out_dim=6), TINY, 1, 1, 1)
+
+
+def _vlm_config(deepstack=(), temporal=1):
+    text = MID.replace(vocab_size=256, max_len=512, tie_embeddings=False,
+                       mrope_section=(4, 6, 6))
+    vision = VisionConfig(d_model=256, n_layers=2, n_heads=8, d_ff=1024, patch_size=4,
+                          temporal_patch_size=temporal, spatial_merge_size=2, out_dim=256,
+                          num_position_embeddings=64, deepstack_layers=deepstack)
+    return VLMConfig(text=text, vision=vision, image_token_id=250, video_token_id=251,
+                     vision_start_token_id=252, vision_end_token_id=253)
+
+
+def test_vlm_config_flops_is_vlm_flops_of_its_dims():
+    cfg = _vlm_config()
+    dims = vision_dims(cfg.vision, 64, 32)
+    assert (dims.patches, dims.mlp_dim, dims.head_dim, dims.tokens_out) == (128, 1024, 32, 32)
+    f = vlm_config_flops(cfg, 2, 4, 64, 32, 40)
+    ref = vlm_flops(dims, cfg.text, 2, 4, 40)
+    assert {k: f[k] for k in ref} == ref and f["visual_tokens"] == 4 * 32
+    # a DeepStack tap adds one merger: 2 * tokens * (wide^2 + wide * out_dim), wide = 4 * 256
+    deep = vlm_config_flops(_vlm_config(deepstack=(0,)), 2, 4, 64, 32, 40)
+    assert deep["vision"] - f["vision"] == 2 * (8 * 32) * (1024 * 1024 + 1024 * 256)
+    # two frames per temporal patch: half the ViT rows, each patch twice as wide
+    t2 = vlm_config_flops(_vlm_config(temporal=2), 1, 4, 64, 64, 8)
+    assert t2["lm_tokens"] == 2 * 64 + 8
+    with pytest.raises(ValueError, match=r"frames=3 is not a multiple of temporal_patch_size=2"):
+        vlm_config_flops(_vlm_config(temporal=2), 1, 3, 64, 64, 8)
+    with pytest.raises(ValueError, match=r"height=60 is not a multiple of patch_size \* "
+                                         r"spatial_merge_size = 8"):
+        vlm_config_flops(cfg, 1, 1, 60, 64, 8)
+    with pytest.raises(ValueError, match=r"model=Transformer; expected a lab.nn.VLM"):
+        vlm_config_flops(Transformer(TINY, rngs=nnx.Rngs(0)), 1, 1, 64, 64, 8)
+
+
+def test_vlm_config_flops_matches_xla_of_the_vlm_forward():
+    """Lab's VLM itself (4 frames of 64x64 as a video, 64 tokens each, 40 text tokens)."""
+    cfg = _vlm_config(deepstack=(0,))
+    model = VLM(cfg, rngs=nnx.Rngs(0))
+    g, s = nnx.split(model)
+    frames, text = 4, 40
+    ids = np.concatenate([np.full(8, 5), np.tile(np.r_[252, np.full(64, 251), 253], frames),
+                          np.full(text - 8 - 2 * frames, 6)])[None]
+    grid = np.array([[frames, 16, 16]])
+    rope = rope_index(ids, cfg, video_grid_thw=grid)
+    px = jnp.zeros((frames * 256, cfg.vision.patch_dim))
+    x = xla_flops(lambda s, p: nnx.merge(g, s)(ids, pixel_values_videos=p, video_grid_thw=grid,
+                                               rope_positions=rope), s, px)
+    ours = vlm_config_flops(model, 1, frames, 64, 64, text)
+    assert ours["lm_tokens"] == ids.shape[1] == 296
+    assert abs(x / ours["total"] - 1) < 0.10, (x, ours)
+    assert abs(x / ours["total"] - 1) < 0.05             # measured 1.9% (XLA above)
