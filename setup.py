@@ -32,8 +32,8 @@ setup(
     ],
     extras_require={
         # torch is pinned to the CPU wheel on disk; any other spec pulls a multi-GB CUDA build.
-        "test": ["pytest", "torch==2.13.0", "transformers", "networkx", "blackjax", "scikit-learn",
-                 "nbclient", "ipykernel"],
+        "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
+                 "blackjax", "scikit-learn", "nbclient", "ipykernel"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
         "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
