@@ -53,16 +53,11 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LVB_DURATION_EDGES = (15.0, 60.0, 600.0)
 
 
-def read_records(path: str) -> list[dict]:
-    """The records of a ``.json`` list, ``.jsonl`` or ``.parquet`` file."""
+def _json_list(path: str, what: str) -> list:
+    """The JSON list in ``path`` (a ``.jsonl`` file: one value a line); ValueError naming
+    the file (and line) for a missing file, invalid JSON or a value that is not a list."""
     if not os.path.exists(path):
-        raise ValueError(f"records file {path!r} does not exist")
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq  # a dependency of datasets
-        recs = pq.read_table(path).to_pylist()
-        if not recs:
-            raise ValueError(f"records file {path!r} has no records")
-        return recs
+        raise ValueError(f"{what} file {path!r} does not exist")
     with open(path, encoding="utf-8") as f:
         if path.endswith(".jsonl"):
             out = []
@@ -73,14 +68,25 @@ def read_records(path: str) -> list[dict]:
                     out.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}: line {lineno}: invalid JSON ({e.msg})") from e
-            recs = out
-        else:
-            try:
-                recs = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
-    if not isinstance(recs, list):
-        raise ValueError(f"{path}: expected a list of records, got {type(recs).__name__}")
+            return out
+        try:
+            value = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
+    if not isinstance(value, list):
+        raise ValueError(f"{path}: expected a JSON list, got {type(value).__name__}")
+    return value
+
+
+def read_records(path: str) -> list[dict]:
+    """The records of a ``.json`` list, ``.jsonl`` or ``.parquet`` file."""
+    if path.endswith(".parquet"):
+        if not os.path.exists(path):
+            raise ValueError(f"records file {path!r} does not exist")
+        import pyarrow.parquet as pq  # a dependency of datasets
+        recs = pq.read_table(path).to_pylist()
+    else:
+        recs = _json_list(path, "records")
     for i, rec in enumerate(recs):
         if not isinstance(rec, dict):
             raise ValueError(f"{path}: record {i}: expected an object, got {type(rec).__name__}")
@@ -214,15 +220,7 @@ def load_subtitles(path: str, offset: float = 0.0, duration: float | None = None
     """A LongVideoBench subtitle file -> ``[{"start", "end", "text"}]`` in seconds from the
     video's start (``offset`` = ``starting_timestamp_for_subtitles`` subtracted); an open
     end (not a number) becomes ``duration``."""
-    if not os.path.exists(path):
-        raise ValueError(f"subtitle file {path!r} does not exist")
-    with open(path, encoding="utf-8") as f:
-        try:
-            entries = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a list of subtitle entries")
+    entries = _json_list(path, "subtitle")
     out = []
     for i, e in enumerate(entries):
         at = _Where(path, i, e if isinstance(e, dict) else {}, "start")

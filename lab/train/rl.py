@@ -84,7 +84,7 @@ from lab.train.losses import (
     logprobs_from_logits,
     policy_gradient_loss,
 )
-from lab.train.runlog import log_update, truncate_metrics
+from lab.train.runlog import due, log_update, truncate_metrics
 from lab.train.step import compiled_step, step_config
 
 SCALE_REWARDS = ("group", "batch", "none")
@@ -635,18 +635,17 @@ class RLTrainer:
                     s, cfg, dataset, model, graphdef, params, rest, opt_state, key, ref,
                     step_fn, controller)
                 done, final = s + 1, s + 1 == cfg.steps
-                if not (done % cfg.log_every == 0 or final):
+                if not due(done, cfg.log_every, final):
                     record = {}
                 record = log_update(
-                    done, record, eval_fn=eval_fn,
-                    eval_due=bool(cfg.eval_every) and (done % cfg.eval_every == 0 or final),
+                    done, record, eval_fn=eval_fn, eval_due=bool(cfg.eval_every)
+                    and due(done, cfg.eval_every, final),
                     model_fn=lambda: nnx.merge(graphdef, params, rest),  # noqa: B023
                     history=self.history, log_file=log_file)
                 if "reward" in record:
                     bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.3g}",
                                     refresh=False)
-                if ckpt is not None and (final or (cfg.checkpoint_every
-                                                   and done % cfg.checkpoint_every == 0)):
+                if ckpt is not None and due(done, cfg.checkpoint_every, final):
                     os.fsync(log_file.fileno())
                     ckpt.save(done, _run_state(params, rest, opt_state, key, ref),
                               {"config": cfg.to_dict(), "controller": controller})

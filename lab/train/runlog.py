@@ -42,6 +42,12 @@ def truncate_metrics(path: str, step: int) -> list[dict]:
     return kept
 
 
+def due(done: int, every: int, final: bool) -> bool:
+    """Whether update ``done`` (1-based) logs, evaluates or checkpoints on an ``every``
+    cadence (0 = only at the end): at the final update or every ``every`` updates."""
+    return final or (bool(every) and done % every == 0)
+
+
 def log_update(done: int, record: Mapping, *, eval_fn: Callable | None, eval_due: bool,
                model_fn: Callable, history: list, log_file: IO | None) -> dict:
     """Adds ``eval_fn(model_fn(), done)`` (prefixed ``eval/``) to ``record`` when

@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 from lab import parallel
 from lab.train.checkpoint import RunCheckpoints
 from lab.train.config import TrainConfig, make_optimizer
-from lab.train.runlog import log_update, to_python, truncate_metrics
+from lab.train.runlog import due, log_update, to_python, truncate_metrics
 from lab.train.step import StepLayout, compiled_step, step_config
 
 LossFn = Callable[..., tuple[jax.Array, dict]]
@@ -164,17 +164,16 @@ class Trainer:
                                                         jnp.int32(s), key)
                 done, final = s + 1, s + 1 == cfg.steps
                 record = {}
-                if done % cfg.log_every == 0 or final:
+                if due(done, cfg.log_every, final):
                     record = {k: to_python(v) for k, v in jax.device_get(metrics).items()}
                 record = log_update(
-                    done, record, eval_fn=eval_fn,
-                    eval_due=bool(cfg.eval_every) and (done % cfg.eval_every == 0 or final),
+                    done, record, eval_fn=eval_fn, eval_due=bool(cfg.eval_every)
+                    and due(done, cfg.eval_every, final),
                     model_fn=lambda: nnx.merge(graphdef, params, rest),  # noqa: B023
                     history=self.history, log_file=log_file)
                 if "loss" in record:
                     bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
-                if ckpt is not None and (final or (cfg.checkpoint_every
-                                                   and done % cfg.checkpoint_every == 0)):
+                if ckpt is not None and due(done, cfg.checkpoint_every, final):
                     os.fsync(log_file.fileno())  # metrics up to `done` are durable first
                     ckpt.save(done, {"params": params, "rest": rest, "opt_state": opt_state,
                                      "rng": key}, self._meta())

@@ -65,15 +65,17 @@ def within(result: dict, reference: dict, tolerance: int = TOLERANCE) -> bool:
 
 
 def check_rows(spec: ZooSpec):
-    """``(indices, dataset)``: the first :data:`CHECK_PER_TASK` held-out rows of each task,
-    by their index in :func:`lab.zoo.train.held_out_pool` (so a test rebuilds them without
-    the training set)."""
+    """``(indices, dataset, held_out, train_prompts)``: the first :data:`CHECK_PER_TASK`
+    held-out rows of each task, by their index in :func:`lab.zoo.train.held_out_pool` (so a
+    test rebuilds them without the training set), the whole held-out set and the training
+    prompts."""
     train, _, held_out = build_data(spec)
+    prompts = set(train["prompt"])
     pool = held_out_pool(spec)
-    idx = per_task_indices(pool, spec.data["n_eval"], exclude=set(train["prompt"]))
+    idx = per_task_indices(pool, spec.data["n_eval"], exclude=prompts)
     first = per_task_indices(held_out, CHECK_PER_TASK)
     indices = [idx[i] for i in first]
-    return indices, pool.select(indices), held_out
+    return indices, pool.select(indices), held_out, prompts
 
 
 def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
@@ -95,7 +97,7 @@ def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
         raise ValueError(f"{name}: no cache entry {key} under {cache_dir or zoo_dir()}; train "
                          f"it first (zoo.load({name!r}, source='cache'))") from None
     tok = ByteTokenizer()
-    indices, check, held_out = check_rows(spec)
+    indices, check, held_out, train_prompts = check_rows(spec)
     reference = evaluate(model, held_out, tok, spec.seq_len)
     dtype, result = "float32", reference
     for candidate in COMPACT:
@@ -125,8 +127,7 @@ def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
         from lab.zoo.reasoning import spec_regime
 
         shipped["regime_float32"] = metrics.get("regime")
-        train, _, _ = build_data(spec)
-        metrics["regime"] = spec_regime(spec, model, set(train["prompt"]), tok)
+        metrics["regime"] = spec_regime(spec, model, train_prompts, tok)
     write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
                              "format": ZOO_FORMAT}, metrics, root=root, dtype=dtype)
     for old in entry_keys(root, name):
