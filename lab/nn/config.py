@@ -247,7 +247,7 @@ class VLMConfig:
     """:class:`lab.nn.VLM` = a :class:`VisionConfig` tower + a :class:`TransformerConfig`
     decoder with M-RoPE (``text.mrope_section`` set), Qwen3-VL's layout.
 
-    ``image_token_id`` / ``video_token_id``: the placeholder ids whose embeddings the
+    ``image_token_id`` / ``video_token_id``: the image / video token ids whose embeddings the
     image / video-frame tokens replace (one per merged ``m x m`` patch block);
     ``vision_start_token_id`` / ``vision_end_token_id``: the ids that bracket them in
     Qwen3-VL's chat format (the model treats them as text).

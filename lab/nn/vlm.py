@@ -1,10 +1,10 @@
 """A vision-language model with Qwen3-VL's structure (Bai et al. 2025): a
 :class:`lab.nn.VisionEncoder` whose merged visual tokens replace the image / video
-placeholder tokens of a :class:`lab.nn.Transformer` with multimodal RoPE.
+token ids of a :class:`lab.nn.Transformer` with multimodal RoPE.
 
 The decoder is Lab's one ``Transformer`` (``text.mrope_section`` set); the images
 enter through ``inputs_embeds``, interleaved with the text wherever the prompt holds
-their placeholder ids, and DeepStack features are added after the first blocks.
+their image / video token ids, and DeepStack features are added after the first blocks.
 Positions follow Qwen3-VL's ``get_rope_index``: a text token advances all three
 M-RoPE rows by one; the tokens of an image (or of one video frame) of ``h x w``
 merged tokens starting at position ``p`` take temporal ``p``, height ``p + i``,
@@ -65,7 +65,7 @@ def rope_index(input_ids, config: VLMConfig, image_grid_thw=None, video_grid_thw
     """Qwen3-VL's M-RoPE positions (``Qwen3VLModel.get_rope_index``) on the host.
 
     Args:
-      input_ids: ``[B, T]`` ids; each contiguous run of image (video) placeholder ids is
+      input_ids: ``[B, T]`` ids; each contiguous run of ``image_token_id`` (``video_token_id``) is
         one image (one video frame), consumed in order from ``image_grid_thw``
         (``video_grid_thw``, one frame at a time) over the rows.
       lengths: ``[B]`` valid tokens per row (right padding; default all ``T``).
@@ -124,7 +124,7 @@ def rope_index(input_ids, config: VLMConfig, image_grid_thw=None, video_grid_thw
         if used[k] != len(grids):
             what, field = names[k]
             raise ValueError(f"{field} has {len(grids)} {what}(s) but input_ids holds "
-                             f"{used[k]} runs of their placeholder id")
+                             f"{used[k]} runs of its token id")
     return out.astype(np.int32), nxt.astype(np.int32)
 
 
@@ -162,7 +162,7 @@ class VLM(nnx.Module):
             :func:`rope_index`, for traced ``input_ids`` (under ``jax.jit``);
             default: computed from ``input_ids``.
 
-        Raises ValueError for a placeholder count that differs from the encoded tokens,
+        Raises ValueError for an image / video token count that differs from the encoded tokens,
         pixels of the wrong shape or dtype, a bad grid, or a prompt longer than the
         decoder's ``max_len`` (its position budget).
         """
@@ -204,7 +204,7 @@ class VLM(nnx.Module):
             if not isinstance(ids, jax.core.Tracer):
                 held, want = int(np.sum(ids == token)), int(np.prod(grids[kind], 1).sum()) // m2
                 if held != want:
-                    raise ValueError(f"input_ids holds {held} {kind} placeholder tokens (id "
+                    raise ValueError(f"input_ids holds {held} {kind} tokens (id "
                                      f"{token}); the {kind}s encode to {want}")
         if traced:
             return self._embed(ids, pixel_values, pixel_values_videos, grids, rope, nxt)
