@@ -155,17 +155,15 @@ def _generate(model, tokenizer, prompts: Sequence[str], max_new: int, width: int
     """Completions of ``prompts`` (BOS + prompt, right-padded to ``width``) in batches of
     ``config.batch_size`` rows, cut at EOS and decoded."""
     from lab.infer import generate
+    from lab.train.rl import encode_prompts
 
     texts = []
     b = config.batch_size
     for j, start in enumerate(range(0, len(prompts), b)):
-        chunk = [tokenizer.encode(p, add_bos=True) for p in prompts[start:start + b]]
+        chunk = list(prompts[start:start + b])
         m = len(chunk)
         chunk += [chunk[0]] * (b - m)  # keep one compiled shape
-        tokens = np.full((b, width), tokenizer.pad_id, np.int32)
-        for i, ids in enumerate(chunk):
-            tokens[i, :len(ids)] = ids
-        lengths = np.array([len(ids) for ids in chunk], np.int32)
+        tokens, lengths = encode_prompts(tokenizer, chunk, width)
         out = generate(model, tokens, lengths=lengths, max_new_tokens=max_new,
                        temperature=temperature, stop_tokens=(tokenizer.eos_id,),
                        seed=seed + j, pad_id=tokenizer.pad_id)
