@@ -127,19 +127,26 @@ def encode(tok, prompts, pad_id: int, width: int):
     return x, np.array([len(r) for r in rows], np.int32)
 
 
-def accuracy(model, tok, x, lengths, answers, *, policy, ratio, config, capacity,
-             overrides=None, question_lengths=None):
-    """``(correct, texts)``: exact match of each greedy answer after a compressed prefill,
-    and the generated texts. ``overrides`` replace policy keyword arguments (the ablation);
-    ``question_lengths`` make each row's question the observation window
-    (:func:`lab.infer.prefill`)."""
+def generate_kwargs(tok, *, policy, ratio, config, capacity, overrides=None,
+                    question_lengths=None) -> dict:
+    """:func:`lab.infer.generate`'s keyword arguments for one evaluation cell: greedy
+    answers after a prefill compressed by ``policy`` at ``ratio`` (``"full"`` at 0).
+    ``overrides`` replace policy keyword arguments (the ablation); ``question_lengths``
+    make each row's question the observation window (:func:`lab.infer.prefill`);
+    ``capacity``: the decode cache's (None: what the policy keeps plus the new tokens)."""
     e = config.eval
     kw = {} if ratio == 0 else {**policy_kwargs(policy, config), "window": e.window,
                                 **(overrides or {})}
-    gen = infer.generate(model, x, lengths=lengths, max_new_tokens=e.max_new_tokens,
-                         stop_tokens=[tok.eos_id], policy=policy if ratio else "full",
-                         ratio=float(ratio), pad_id=int(tok.pad_id or 0), capacity=capacity,
-                         question_lengths=question_lengths if ratio else None, **kw)
+    return dict(max_new_tokens=e.max_new_tokens, stop_tokens=[tok.eos_id],
+                policy=policy if ratio else "full", ratio=float(ratio),
+                pad_id=int(tok.pad_id or 0), capacity=capacity,
+                question_lengths=question_lengths if ratio else None, **kw)
+
+
+def accuracy(model, tok, x, lengths, answers, **cell):
+    """``(correct, texts)``: exact match of each greedy answer after a compressed prefill,
+    and the generated texts; ``cell`` as :func:`generate_kwargs` takes it."""
+    gen = infer.generate(model, x, lengths=lengths, **generate_kwargs(tok, **cell))
     texts = [tok.decode([int(t) for t in row[:n] if t != tok.eos_id])
              for row, n in zip(np.asarray(gen.tokens), np.asarray(gen.lengths), strict=True)]
     return [extract_answer(t) == a for t, a in zip(texts, answers, strict=True)], texts
@@ -155,13 +162,20 @@ def _timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def cache_costs(model, x, lengths, names, ratios, config):
+def scorers(names, config) -> dict:
+    """``{policy: jitted fn(cache, stats, budget)}``, built once so that every task's
+    :func:`cache_costs` reuses the compiled programs."""
+    return {n: jax.jit(functools.partial(policies.get(n).fn, **policy_kwargs(n, config)))
+            for n in names}
+
+
+def cache_costs(model, x, lengths, fns, ratios, config):
     """Kept KV bytes per example for every (policy, ratio), and scoring / prefill seconds.
 
     The prefill statistics every policy needs are captured once (``infer.prefill``
     under ``"full"`` with ``return_stats``, which returns the uncompressed cache);
-    each policy's function is then jitted and timed on them alone, against the
-    prefill forward without captures.
+    each policy's jitted function (``fns``, :func:`scorers`) is then timed on them alone,
+    against the prefill forward without captures.
     """
     e = config.eval
 
@@ -176,9 +190,8 @@ def cache_costs(model, x, lengths, names, ratios, config):
     prefill_s = _timed(forward, e.timing_repeats)
     capture_s = _timed(capture, e.timing_repeats)
     out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
-    for name in names:
+    for name, fn in fns.items():
         pol = policies.get(name)
-        fn = jax.jit(functools.partial(pol.fn, **policy_kwargs(name, config)))
         row = {"kept_bytes": {}}
         for r in ratios:
             budget = jnp.asarray(policies.budgets(lengths, r) if (r and pol.evicts)
@@ -192,22 +205,21 @@ def cache_costs(model, x, lengths, names, ratios, config):
     return out
 
 
-def memory_costs(model, x, lengths, names, ratios, config) -> dict:
+def memory_costs(model, tok, x, lengths, names, ratios, config) -> dict:
     """``{policy: {ratio: bytes}}``: the device memory the compiled generate program needs
     (:func:`lab.infer.generate_memory`: weights, prompts, outputs and XLA's temporary
     buffers, the full prompt cache, the compressed decode cache and the policy's statistics
-    included), with the decode cache sized to what the policy kept. Every policy at the
-    highest ratio, PRKV at every ratio: one compile each, nothing run."""
-    e = config.eval
+    included), with the decode cache sized to what the policy kept (``capacity=None``;
+    :func:`accuracy` keeps one capacity for every ratio, so that each policy compiles
+    once). Every policy at the highest ratio, PRKV at every ratio: one compile each,
+    nothing run."""
     top = max(ratios)
     out = {}
     for name in names:
         rs = ratios if name == "prkv" else ([0.0] if name == "full" else [top])
         for r in rs:
-            kw = {} if r == 0 else {**policy_kwargs(name, config), "window": e.window}
-            mem = infer.generate_memory(model, x, lengths=lengths,
-                                        max_new_tokens=e.max_new_tokens,
-                                        policy=name if r else "full", ratio=float(r), **kw)
+            mem = infer.generate_memory(model, x, lengths=lengths, **generate_kwargs(
+                tok, policy=name, ratio=r, config=config, capacity=None))
             out.setdefault(name, {})[str(r)] = mem["total"]
     return out
 
@@ -416,6 +428,7 @@ def run(config, workdir: str) -> dict:
     ratios = [float(r) for r in e.ratios]
     acc, agreement, costs, memory = {}, {}, {}, {}
     bs = e.batch_size
+    fns = scorers(e.policies, config)
     for task, d in data.items():
         n = len(d)
         idx = [list(range(i, i + bs)) for i in range(0, n, bs)]
@@ -442,9 +455,10 @@ def run(config, workdir: str) -> dict:
                     same = [a == b for a, b in zip(texts, full[1], strict=True)]
                     agree.setdefault(p, {}).setdefault(str(r), []).extend(same[:take])
             if b_i == 0:
-                costs[task] = cache_costs(model, x, lengths, list(e.policies), ratios, config)
+                costs[task] = cache_costs(model, x, lengths, fns, ratios, config)
                 if not memory:
-                    memory = memory_costs(model, x, lengths, list(e.policies), ratios, config)
+                    memory = memory_costs(model, tok, x, lengths, list(e.policies), ratios,
+                                          config)
             logging.info("prkv: %s batch %d/%d done (%.0fs)", task, b_i + 1, len(idx),
                          time.time() - t0)
         acc[task] = {p: {r: float(np.mean(v)) for r, v in per.items()} for p, per in rows.items()}
