@@ -11,8 +11,10 @@ setup(
     # experiments/ and configs/ are not installed: they run from the checkout
     # (``python -m experiments.reproduce`` from the repository root).
     packages=find_packages(include=["lab", "lab.*", "kernels_pallas", "kernels_pallas.*"]),
-    # The zoo's shipped weights (lab/zoo/weights/<name>-<digest>/), read by lab.zoo.load.
-    package_data={"lab.zoo": ["weights/*/*.json", "weights/*/*.safetensors"]},
+    # The zoo's shipped weights (lab/zoo/weights/<name>-<digest>/), read by lab.zoo.load, and
+    # the methods' shipped bundles (lab/zoo/assets/<name>-<digest>/, lab.zoo.bundle).
+    package_data={"lab.zoo": ["weights/*/*.json", "weights/*/*.safetensors",
+                              "assets/*/*.json", "assets/*/*.safetensors"]},
     # What lab/ and kernels_pallas/ import, and nothing else.
     install_requires=[
         "jax",

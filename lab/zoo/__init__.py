@@ -109,13 +109,18 @@ def loads() -> list[dict]:
     return [dict(r) for r in _LOADS]
 
 
+def record_load(row: dict) -> None:
+    """Appends a load to :func:`loads` (:mod:`lab.zoo.bundle` records its bundles here)."""
+    _LOADS.append(dict(row))
+
+
 def _record(spec: ZooSpec, source: str, path: str, metrics: dict, notes: list[str]) -> None:
     host = metrics.get("host") or {}
-    _LOADS.append({"name": spec.name, "key": spec.key, "source": source, "path": path,
-                   "train_seconds": (metrics.get("seconds") or {}).get("train"),
-                   "trained_on": host.get("cpu"),
-                   "stored_dtype": (metrics.get("shipped") or {}).get("dtype", "float32"),
-                   "notes": notes[:]})
+    record_load({"name": spec.name, "key": spec.key, "source": source, "path": path,
+                 "train_seconds": (metrics.get("seconds") or {}).get("train"),
+                 "trained_on": host.get("cpu"),
+                 "stored_dtype": (metrics.get("shipped") or {}).get("dtype", "float32"),
+                 "notes": notes[:]})
 
 
 def _shipped(spec: ZooSpec, notes: list[str]):

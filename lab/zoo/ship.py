@@ -18,6 +18,11 @@ An entry already shipped under the same key is left as it is (a rerun changes no
 file, so the repository's history only grows when a recipe changes) unless
 ``--force``; a shipped entry of the same name and another key (an older recipe) is
 removed.
+
+    python -m lab.zoo.ship --bundle gpa-assets-<digest>
+
+ships a method's bundle of trained modules (:mod:`lab.zoo.bundle`) from the cache to
+``lab/zoo/assets`` as trained (float32), after verifying its checksums.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from flax import nnx
 
 from lab import host
 from lab.data import ByteTokenizer
+from lab.zoo import bundle
 from lab.zoo.evaluate import evaluate
 from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec
 from lab.zoo.store import (
@@ -143,6 +149,9 @@ def _bytes(path: str) -> int:
 
 _CACHE_DIR = flags.DEFINE_string("cache_dir", None, "Zoo cache to ship from (default "
                                  "$LAB_CACHE/zoo).")
+_BUNDLES = flags.DEFINE_list(
+    "bundle", [], "Cache keys of method bundles to ship as trained (lab.zoo.bundle), e.g. "
+    "the gpa-assets-<digest> an experiment's report names.")
 _FORCE = flags.DEFINE_bool("force", False, "Rewrite an entry already shipped under its key.")
 _TRAINED_HERE = flags.DEFINE_bool(
     "trained_here", False, "Record this host as the training host of entries whose metrics "
@@ -151,8 +160,12 @@ _TRAINED_HERE = flags.DEFINE_bool(
 
 def main(argv):
     names = argv[1:]
-    if not names:
-        sys.exit(f"usage: python -m lab.zoo.ship NAME [NAME ...]; names: {sorted(NAMED)}")
+    if not names and not _BUNDLES.value:
+        sys.exit(f"usage: python -m lab.zoo.ship [--bundle KEY,...] NAME [NAME ...]; names: "
+                 f"{sorted(NAMED)}")
+    for k in _BUNDLES.value:
+        r = bundle.ship(k)
+        print(f"{r['key']}: {r['status']} (float32, {r['bytes'] / 1e6:.2f} MB)")
     for name in names:
         r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value,
                  trained_here=_TRAINED_HERE.value)

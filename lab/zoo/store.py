@@ -89,10 +89,12 @@ def _sha256(path: str) -> str:
 
 
 @contextlib.contextmanager
-def entry_lock(key: str):
-    """Exclusive lock on the entry ``key`` (blocks until the holder releases it)."""
-    os.makedirs(zoo_dir(), exist_ok=True)
-    with open(os.path.join(zoo_dir(), f".{key}.lock"), "a") as f:
+def entry_lock(key: str, root: str | None = None):
+    """Exclusive lock on the entry ``key`` under ``root`` (default :func:`zoo_dir`; blocks
+    until the holder releases it)."""
+    root = root or zoo_dir()
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f".{key}.lock"), "a") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -163,15 +165,22 @@ def write_entry(key: str, model: nnx.Module, spec_dict: dict, metrics: dict, *,
     """Writes the entry atomically (temp dir + rename) under ``root`` (default the cache,
     :func:`zoo_dir`), replacing an existing one; returns its path. ``dtype``: the stored
     float type of the parameters (default their own)."""
-    root = root or zoo_dir()
+    flat = flatten_params(model)
+    if dtype is not None:
+        flat = {k: v.astype(dtype) for k, v in flat.items()}
+    return write_files(key, flat, spec_dict, metrics, root=root or zoo_dir())
+
+
+def write_files(key: str, flat: dict[str, np.ndarray], spec_dict: dict, metrics: dict, *,
+                root: str) -> str:
+    """Writes the entry ``root/key`` (``flat`` arrays as safetensors, the spec, the metrics
+    and their manifest) atomically: built in a temporary sibling and renamed into place,
+    replacing an existing one. Returns its path."""
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, key)
     tmp = tempfile.mkdtemp(dir=root, prefix=f".tmp-{key}-")
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would hide a shared cache from other users
-        flat = flatten_params(model)
-        if dtype is not None:
-            flat = {k: v.astype(dtype) for k, v in flat.items()}
         save_file(flat, os.path.join(tmp, PARAMS_FILE))
         for fname, obj in ((SPEC_FILE, spec_dict), (METRICS_FILE, metrics)):
             with open(os.path.join(tmp, fname), "w") as f:
@@ -214,6 +223,17 @@ def read_entry(key: str, config: TransformerConfig, digest: str,
     ``config`` / ``digest``.
     """
     path = os.path.join(root or zoo_dir(), key)
+    flat, metrics = read_files(path, digest)
+    return model_from_flat(config, flat, where=f"zoo entry {path}"), metrics
+
+
+def read_files(path: str, digest: str) -> tuple[dict[str, np.ndarray], dict]:
+    """``(flat arrays, metrics)`` of the entry at ``path``, verified: every file against the
+    manifest's SHA-256 and the stored spec's digest against ``digest``.
+
+    Raises FileNotFoundError when there is no entry, CorruptEntry when a file is missing,
+    fails its checksum, or the digest differs.
+    """
     if not os.path.isdir(path):
         raise FileNotFoundError(path)
     manifest_path = os.path.join(path, MANIFEST_FILE)
@@ -235,8 +255,6 @@ def read_entry(key: str, config: TransformerConfig, digest: str,
     if stored.get("digest") != digest:
         raise CorruptEntry(f"zoo entry {path}: spec digest {stored.get('digest')!r} != "
                            f"{digest!r}")
-    model = model_from_flat(config, load_file(os.path.join(path, PARAMS_FILE)),
-                            where=f"zoo entry {path}")
     with open(os.path.join(path, METRICS_FILE)) as f:
         metrics = json.load(f)
-    return model, metrics
+    return load_file(os.path.join(path, PARAMS_FILE)), metrics

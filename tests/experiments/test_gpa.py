@@ -77,3 +77,26 @@ def test_claim_rules_hold_and_fail_on_fabricated_results():
     low = [{"sampler": "GPA (AR, MH)", "true_specificity": 1.5}]   # below the activity run's 2.0
     assert not claim_rules(_rows(), big, low)[5]["holds"]
     assert len(claim_rules(_rows(), big)) == 5
+
+
+def test_default_preset_generators_and_oracles_ship_trained():
+    """The default run loads its generators and oracles shipped with Lab (no training), and
+    they are the trained models: the AR prior models the world's sequences better than
+    uniform bases, and the oracle tracks the hidden activity."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lab.data import dna
+    from lab.methods.gpa import design, generators
+
+    c = get_config("default")
+    a = design.build_assets(seed=c.seed, seq_len=c.seq_len, n_train=c.n_train,
+                            generator_steps=c.generator_steps, oracle_steps=c.oracle_steps,
+                            d_model=c.d_model, n_layers=c.n_layers, source="shipped")
+    assert a.source == "shipped" and set(a.seconds) == {"ar_generator", "diffusion_generator",
+                                                        "oracles"}
+    seqs = jnp.asarray(a.train_seqs[:512])
+    per_base = float(jnp.mean(generators.ar_loglik(a.ar, seqs))) / c.seq_len
+    assert per_base > np.log(0.25) + 0.15, per_base
+    truth = np.asarray(dna.activity(a.world, seqs))[:, 0]
+    assert np.corrcoef(np.asarray(a.oracle_a.predict(seqs)), truth)[0, 1] > 0.5

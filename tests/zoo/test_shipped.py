@@ -13,7 +13,7 @@ import pytest
 from experiments.reproduce import discover
 from lab import zoo
 from lab.data import ByteTokenizer
-from lab.zoo import ship, store
+from lab.zoo import bundle, ship, store
 from lab.zoo.store import MANIFEST_FILE, METRICS_FILE, SPEC_FILE, entry_keys, flatten_params
 from lab.zoo.train import held_out_pool
 
@@ -42,8 +42,10 @@ def test_every_model_of_the_default_preset_ships_within_40_mb():
     shipped = {key.rsplit("-", 1)[0] for key in SHIPPED}
     assert default_models() >= {"lm-xs-long", "lm-xs-docs", "lm-xs-early"}
     assert default_models() <= shipped
-    total = sum(os.path.getsize(os.path.join(store.SHIPPED_DIR, k, f))
-                for k in SHIPPED for f in os.listdir(os.path.join(store.SHIPPED_DIR, k)))
+    roots = [(store.SHIPPED_DIR, SHIPPED),
+             (bundle.SHIPPED_ASSETS, entry_keys(bundle.SHIPPED_ASSETS))]  # methods' bundles
+    total = sum(os.path.getsize(os.path.join(root, k, f))
+                for root, keys in roots for k in keys for f in os.listdir(os.path.join(root, k)))
     assert total < 40e6, f"shipped weights take {total / 1e6:.1f} MB"
 
 

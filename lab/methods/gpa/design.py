@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 
 import jax
@@ -14,14 +15,24 @@ from lab.data import dna
 from lab.methods.gpa import generators
 from lab.methods.gpa.oracle import CNNOracle, train_oracle
 from lab.methods.gpa.sampler import Population
+from lab.nn import Transformer
 from lab.train import TrainConfig
 
 OBJECTIVES = ("activity", "specificity", "fidelity")
 
 
+# Training hyperparameters of the frozen models (part of the bundle's recipe, so that
+# changing one retrains instead of loading stale weights).
+LEARNING_RATE, WARMUP_STEPS, ORACLE_WIDTH, AUDIT_WIDTH = 3e-3, 20, 32, 64
+RICH_PLANT_PROB = 0.7  # motif density of the oracles' enriched training sequences
+ASSETS = "gpa-assets"  # the bundle's name (lab.zoo.bundle)
+
+
 @dataclasses.dataclass
 class Assets:
-    """Everything frozen that the samplers share."""
+    """Everything frozen that the samplers share; ``seconds``: each part's training time
+    (recorded when the bundle was trained), ``source``: where the trained models came from
+    (``"shipped"``, ``"cached"`` or ``"trained"``, :mod:`lab.zoo.bundle`)."""
 
     world: dna.DNAWorld
     train_seqs: np.ndarray
@@ -31,31 +42,38 @@ class Assets:
     oracle_b: CNNOracle
     audit_a: CNNOracle
     seconds: dict
+    source: str = "trained"
+
+
+def _sha(*arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
 
 
 def build_assets(*, seed: int, seq_len: int, n_train: int, generator_steps: int,
-                 oracle_steps: int, d_model: int = 64, n_layers: int = 2) -> Assets:
-    """Samples the world's data and trains the generators and oracles (timed)."""
-    times = {}
+                 oracle_steps: int, d_model: int = 64, n_layers: int = 2,
+                 source: str | None = None) -> Assets:
+    """Samples the world's data, and loads the generators and oracles trained on it.
+
+    The trained models are a :mod:`lab.zoo.bundle` keyed by their recipe (these arguments,
+    the training hyperparameters and a hash of the training data, so a changed generator
+    of the data retrains too): shipped with Lab, cached on this host, or trained now
+    (timed per part). ``source`` as :func:`lab.zoo.bundle.load` takes it.
+    """
+    from lab.zoo import bundle
+
     world = dna.make_world(seed, seq_len=seq_len)
     k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
     seqs = np.asarray(dna.sample(world, k1, n_train))
-    t = time.perf_counter()
-    gen_train = TrainConfig(steps=generator_steps, learning_rate=3e-3, warmup_steps=20,
-                            seed=seed, progress=False, log_every=max(generator_steps, 1))
-    ar = generators.train_ar(seqs, gen_train, d_model=d_model, n_layers=n_layers)
-    times["ar_generator"] = time.perf_counter() - t
-    t = time.perf_counter()
-    diffusion = generators.train_diffusion(seqs, gen_train, d_model=d_model, n_layers=n_layers)
-    times["diffusion_generator"] = time.perf_counter() - t
     # Oracles see noisy measurements; the audit oracle is wider and trained on a disjoint split.
-    t = time.perf_counter()
     half = n_train // 2
     act = np.asarray(dna.activity(world, jnp.asarray(seqs)))
     meas = act + world.noise * np.asarray(jax.random.normal(k2, act.shape))
     # Enrich the oracle's training set with designs-like sequences (motifs planted densely),
     # so that the oracle has seen the high-activity region it will be asked about.
-    rich_world = dataclasses.replace(world, plant_prob=0.7)
+    rich_world = dataclasses.replace(world, plant_prob=RICH_PLANT_PROB)
     rich = np.asarray(dna.sample(rich_world, k3, n_train // 2))
     rich_act = np.asarray(dna.activity(world, jnp.asarray(rich)))
     rich_meas = rich_act + world.noise * np.asarray(jax.random.normal(k4, rich_act.shape))
@@ -63,13 +81,48 @@ def build_assets(*, seed: int, seq_len: int, n_train: int, generator_steps: int,
     ys = np.concatenate([meas[:half], rich_meas[: len(rich) // 2]])
     xa = np.concatenate([seqs[half:], rich[len(rich) // 2:]])
     ya = np.concatenate([meas[half:], rich_meas[len(rich) // 2:]])
-    otrain = lambda s: TrainConfig(steps=oracle_steps, learning_rate=3e-3, warmup_steps=20,
-                                   seed=s, progress=False, log_every=max(oracle_steps, 1))
-    oracle_a = train_oracle(xs, ys[:, 0], otrain(seed + 1))
-    oracle_b = train_oracle(xs, ys[:, 1], otrain(seed + 2))
-    audit_a = train_oracle(xa, ya[:, 0], otrain(seed + 3), width=64)
-    times["oracles"] = time.perf_counter() - t
-    return Assets(world, seqs, ar, diffusion, oracle_a, oracle_b, audit_a, times)
+    model_kw = {"d_model": d_model, "n_layers": n_layers}
+
+    def cfg(steps, s):
+        return TrainConfig(steps=steps, learning_rate=LEARNING_RATE,
+                           warmup_steps=WARMUP_STEPS, seed=s, progress=False,
+                           log_every=max(steps, 1))
+
+    def train():
+        times, models = {}, {}
+        for name, fn in (("ar", generators.train_ar), ("diffusion", generators.train_diffusion)):
+            t = time.perf_counter()
+            models[name] = fn(seqs, cfg(generator_steps, seed), **model_kw)
+            times[f"{name}_generator"] = time.perf_counter() - t
+        t = time.perf_counter()
+        models["oracle_a"] = train_oracle(xs, ys[:, 0], cfg(oracle_steps, seed + 1),
+                                          width=ORACLE_WIDTH)
+        models["oracle_b"] = train_oracle(xs, ys[:, 1], cfg(oracle_steps, seed + 2),
+                                          width=ORACLE_WIDTH)
+        models["audit_a"] = train_oracle(xa, ya[:, 0], cfg(oracle_steps, seed + 3),
+                                         width=AUDIT_WIDTH)
+        times["oracles"] = time.perf_counter() - t
+        return models, {"seconds": times}
+
+    def template():
+        rngs = nnx.Rngs(0)
+        return {"ar": Transformer(generators.generator_config("ar", seq_len, **model_kw),
+                                  rngs=rngs),
+                "diffusion": Transformer(generators.generator_config("diffusion", seq_len,
+                                                                     **model_kw), rngs=rngs),
+                "oracle_a": CNNOracle(width=ORACLE_WIDTH, rngs=rngs),
+                "oracle_b": CNNOracle(width=ORACLE_WIDTH, rngs=rngs),
+                "audit_a": CNNOracle(width=AUDIT_WIDTH, rngs=rngs)}
+
+    recipe = {"seed": seed, "seq_len": seq_len, "n_train": n_train,
+              "generator_steps": generator_steps, "oracle_steps": oracle_steps, **model_kw,
+              "learning_rate": LEARNING_RATE, "warmup_steps": WARMUP_STEPS,
+              "oracle_width": ORACLE_WIDTH, "audit_width": AUDIT_WIDTH,
+              "data_sha256": _sha(seqs, xs, ys, xa, ya)}
+    got = bundle.load(ASSETS, recipe, train, template, source=source)
+    m = got.modules
+    return Assets(world, seqs, m["ar"], m["diffusion"], m["oracle_a"], m["oracle_b"],
+                  m["audit_a"], got.metrics["seconds"], source=got.source)
 
 
 def _pure(module: nnx.Module, method: str = "__call__"):
