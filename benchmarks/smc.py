@@ -56,7 +56,8 @@ def mutation(particles=(256, 1024, 4096), length: int = 64):
     def propose(key, x):
         kc, ks = jax.random.split(key)
         cut = length - jax.random.randint(kc, (x.shape[0],), 1, 17)
-        return generators.ar_resample_suffix(ar, ks, x, cut)[0], jnp.zeros(x.shape[0])
+        return (generators.ar_resample_suffix(ar, ks, x, cut, keep=length - 16)[0],
+                jnp.zeros(x.shape[0]))
 
     print(f"GPA mutation step (AR suffix resampling + oracle + MH), L={length}")
     for n in particles:

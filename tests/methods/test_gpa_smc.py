@@ -101,3 +101,28 @@ def test_annealed_sampler_reaches_the_enumerable_tilted_target():
     assert tv_prior > 0.4  # the tilt moves the distribution far from the prior ...
     assert tv < 0.08, (tv, tv_prior)  # ... and the sampler follows it
     assert pop.history[-1]["beta"] == 1.0 and pop.oracle_calls > 4096
+
+
+def test_suffix_resampling_with_a_prefilled_prefix_equals_decoding_every_base():
+    """keep= runs the kept prefix in one forward: the same samples (one key per position)
+    and the same log-likelihoods as decoding all L positions one by one."""
+    from flax import nnx
+
+    from lab.methods.gpa import generators
+
+    length, n = 24, 64
+    ar = generators.Transformer(generators.generator_config("ar", length, d_model=32,
+                                                            n_layers=2), rngs=nnx.Rngs(3))
+    seqs = jax.random.randint(jax.random.key(0), (n, length), 0, 4)
+    cut = length - jax.random.randint(jax.random.key(1), (n,), 1, 9)
+    key = jax.random.key(2)
+    slow, lp_slow = generators.ar_resample_suffix(ar, key, seqs, cut)
+    fast, lp_fast = generators.ar_resample_suffix(ar, key, seqs, cut, keep=length - 8)
+    assert np.array_equal(np.asarray(fast[:, :16]), np.asarray(seqs[:, :16]))
+    assert np.mean(np.asarray(fast) == np.asarray(slow)) > 0.999
+    np.testing.assert_allclose(np.asarray(lp_fast), np.asarray(lp_slow), atol=1e-4)
+    assert not np.array_equal(np.asarray(fast), np.asarray(seqs))  # the suffixes were resampled
+    with pytest.raises(ValueError, match="keep=20 but a row's cut is"):
+        generators.ar_resample_suffix(ar, key, seqs, cut, keep=20)
+    with pytest.raises(ValueError, match="keep=25; expected 0 <= keep"):
+        generators.ar_resample_suffix(ar, key, seqs, cut, keep=25)

@@ -176,7 +176,8 @@ def ar_moves(assets: Assets, suffix_max: int):
     def propose(key, x):
         kc, ks = jax.random.split(key)
         cut = length - jax.random.randint(kc, (x.shape[0],), 1, suffix_max + 1)
-        new, _ = generators.ar_resample_suffix(assets.ar, ks, x, cut)
+        new, _ = generators.ar_resample_suffix(assets.ar, ks, x, cut,
+                                               keep=max(0, length - suffix_max))
         return new, jnp.zeros(x.shape[0])
 
     return init, propose

@@ -76,12 +76,19 @@ def ar_loglik(model: Transformer, seqs) -> jax.Array:
     return jnp.take_along_axis(logp, b["targets"][..., None], -1)[..., 0].sum(-1)
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def _ar_resample(graphdef, state, key, seqs, cut):
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("keep",))
+def _ar_resample(graphdef, state, key, seqs, cut, *, keep: int):
     model = nnx.merge(graphdef, state)
     n, length = seqs.shape
     cache = KVCache.init(model.config, n, length + 1)
-    tok = jnp.full((n, 1), SPECIAL, jnp.int32)
+    start = jnp.full((n, 1), SPECIAL, jnp.int32)
+    logp = jnp.zeros((n,), jnp.float32)
+    tok = start
+    if keep:  # the kept prefix in one forward: its conditionals, and the cache after it
+        logits, cache = model(jnp.concatenate([start, seqs[:, :keep - 1]], 1), cache=cache)
+        lp = jax.nn.log_softmax(logits[:, :, :4])
+        logp = jnp.sum(jnp.take_along_axis(lp, seqs[:, :keep, None], -1)[..., 0], -1)
+        tok = seqs[:, keep - 1:keep]
 
     def step(carry, j):
         tok, cache, out, logp = carry
@@ -93,20 +100,33 @@ def _ar_resample(graphdef, state, key, seqs, cut):
         out = out.at[:, j].set(x_j)
         return (x_j[:, None], cache, out, logp), None
 
-    init = (tok, cache, seqs, jnp.zeros((n,), jnp.float32))
-    (_, _, out, logp), _ = jax.lax.scan(step, init, jnp.arange(length))
+    init = (tok, cache, seqs, logp)
+    (_, _, out, logp), _ = jax.lax.scan(step, init, jnp.arange(keep, length))
     return out, logp
 
 
-def ar_resample_suffix(model: Transformer, key, seqs, cut) -> tuple[jax.Array, jax.Array]:
+def ar_resample_suffix(model: Transformer, key, seqs, cut, *,
+                       keep: int = 0) -> tuple[jax.Array, jax.Array]:
     """Keeps ``seqs[i, :cut[i]]`` and samples the rest from the LM (``cut = 0``: a fresh sample).
 
-    Returns ``(new_seqs [n, L], log p(new_seqs) [n])``; decoding runs on the KV cache.
+    ``keep``: a lower bound of every ``cut``; those first ``keep`` bases go through one
+    forward (the prompt of the decode), and only the positions after them are decoded
+    one by one on the KV cache (a suffix move with ``cut >= L - suffix_max`` decodes
+    ``suffix_max`` steps, not ``L``). Position ``j``'s sample uses the key
+    ``fold_in(key, j)`` whatever ``keep`` is.
+
+    Returns ``(new_seqs [n, L], log p(new_seqs) [n])``.
     """
     graphdef, state = nnx.split(model)
     seqs = jnp.asarray(seqs, jnp.int32)
     cut = jnp.broadcast_to(jnp.asarray(cut, jnp.int32), (seqs.shape[0],))
-    return _ar_resample(graphdef, state, key, seqs, cut)
+    if not 0 <= keep <= seqs.shape[1]:
+        raise ValueError(f"keep={keep}; expected 0 <= keep <= the sequence length "
+                         f"{seqs.shape[1]}")
+    if not isinstance(cut, jax.core.Tracer) and int(jnp.min(cut)) < keep:
+        raise ValueError(f"keep={keep} but a row's cut is {int(jnp.min(cut))}; keep must "
+                         "be at most every cut")
+    return _ar_resample(graphdef, state, key, seqs, cut, keep=keep)
 
 
 def ar_sample(model: Transformer, key, n: int, length: int):
