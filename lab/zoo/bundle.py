@@ -90,15 +90,21 @@ def key(name: str, recipe: dict) -> str:
 
 
 def _stored(module: nnx.Module):
-    """``(graphdef, stored state, rest)``: everything but random-number state is stored."""
+    """``(graphdef, state, rest)``: the state is stored; ``rest`` is random-number state,
+    which bundles refuse (:func:`flatten`)."""
     return nnx.split(module, nnx.Not(nnx.RngState), ...)
 
 
 def flatten(modules: Modules) -> dict[str, np.ndarray]:
-    """``{"<module>/<dotted path>": float32 or integer array}`` of every module's state."""
+    """``{"<module>/<dotted path>": array}`` of every module's state; ValueError for a module
+    that holds random-number state (``nnx.Rngs``), which a bundle does not store."""
     flat = {}
     for name, m in modules.items():
-        pure = nnx.to_pure_dict(_stored(m)[1])
+        graphdef, state, rest = _stored(m)
+        if jax.tree_util.tree_leaves(rest):
+            raise ValueError(f"bundle module {name!r} holds random-number state (nnx.Rngs); "
+                             "expected trained modules without it")
+        pure = nnx.to_pure_dict(state)
         for path, leaf in jax.tree_util.tree_flatten_with_path(pure)[0]:
             flat[f"{name}/" + ".".join(str(p.key) for p in path)] = np.asarray(leaf)
     return flat

@@ -131,3 +131,13 @@ def test_bad_recipe_name_and_missing_entry_are_named(roots):
         bundle.load("a/b", RECIPE, train, template)
     with pytest.raises(ValueError, match="bundle 'toy-000000000000': no cache entry"):
         bundle.ship("toy-000000000000")
+
+
+def test_a_module_holding_rngs_is_refused(roots):
+    class Noisy(nnx.Module):
+        def __init__(self):
+            self.dense = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+            self.rngs = nnx.Rngs(1)
+
+    with pytest.raises(ValueError, match="bundle module 'n' holds random-number state"):
+        bundle.load("noisy", RECIPE, lambda: ({"n": Noisy()}, {}), lambda: {"n": Noisy()})
