@@ -64,7 +64,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # Evaluation: greedy decoding after a compressed prefill, exact match of the answer.
     c.eval = ml_collections.ConfigDict()
     c.eval.n_per_task = 64
-    c.eval.batch_size = 16
+    c.eval.batch_size = 32              # prompts per generate call (greedy: each row its own)
     c.eval.max_new_tokens = 40
     c.eval.policies = list(POLICIES)
     c.eval.ratios = [0.0, 0.25, 0.5, 0.75, 0.9]

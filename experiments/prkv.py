@@ -521,13 +521,15 @@ def _report(acc, agreement, costs, memory, ablation, info, ratios, config) -> st
                "score ms": 1e3 * row["score_seconds"], "score / prefill": row["score_fraction"]}
               for p, row in tc["policies"].items()]
         lines += [f"### KV bytes kept per example and scoring time: {task}",
-                  f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch; the forward "
+                  f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch of "
+                  f"{config.eval.batch_size} prompts; the forward "
                   f"capturing every statistic (attention probabilities included) "
                   f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
     first = next(iter(costs))
     mem_rows = [{"policy": p, **{f"r={r:g}": row.get(str(r)) for r in ratios}}
                 for p, row in memory.items()]
-    lines += [f"### Device memory of the compiled generate program (bytes, {first}, one batch)",
+    lines += [f"### Device memory of the compiled generate program (bytes, {first}, one batch "
+              f"of {config.eval.batch_size} prompts)",
               "XLA's buffer assignment (`lab.infer.generate_memory`): weights, prompts, outputs "
               "and temporaries, the prompt's full cache during prefill and the policy's "
               "statistics included; the decode cache holds what the policy kept.",
