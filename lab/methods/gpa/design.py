@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 
@@ -125,18 +126,20 @@ def build_assets(*, seed: int, seq_len: int, n_train: int, generator_steps: int,
                   m["audit_a"], got.metrics["seconds"], source=got.source)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _apply(graphdef, method: str, state, x):
+    return getattr(nnx.merge(graphdef, state), method)(x)
+
+
 def _pure(module: nnx.Module, method: str = "__call__"):
+    """``f(x)``: ``module.method(x)`` jitted with the state as an argument (not a baked-in
+    constant), so every module of one structure shares a compiled program per shape."""
     graphdef, state = nnx.split(module)
-
-    @jax.jit
-    def f(x):
-        return getattr(nnx.merge(graphdef, state), method)(x)
-
-    return f
+    return functools.partial(_apply, graphdef, method, state)
 
 
 def objective(assets: Assets, kind: str, *, fidelity_weight: float = 0.5):
-    """The reward ``r(x)`` of a design objective, jitted, on int sequences ``[n, L]``.
+    """The reward ``r(x)`` of a design objective on int sequences ``[n, L]`` (jitted parts).
 
     activity: oracle A; specificity: oracle A - oracle B; fidelity: oracle A plus
     ``fidelity_weight`` times the AR prior's mean per-base log-likelihood above the
@@ -148,10 +151,10 @@ def objective(assets: Assets, kind: str, *, fidelity_weight: float = 0.5):
     if kind == "activity":
         return a
     if kind == "specificity":
-        return jax.jit(lambda x: a(x) - b(x))
+        return lambda x: a(x) - b(x)
     ll = prior_loglik(assets)
     base = float(jnp.mean(ll(jnp.asarray(assets.train_seqs[:512])))) / assets.world.seq_len
-    return jax.jit(lambda x: a(x) + fidelity_weight * (ll(x) / x.shape[1] - base))
+    return lambda x: a(x) + fidelity_weight * (ll(x) / x.shape[1] - base)
 
 
 def onehot_objective(assets: Assets, kind: str):
@@ -161,9 +164,15 @@ def onehot_objective(assets: Assets, kind: str):
     return lambda s: assets.oracle_a(s)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _loglik(graphdef, state, x):
+    return generators.ar_loglik(nnx.merge(graphdef, state), x)
+
+
 def prior_loglik(assets: Assets):
+    """``f(x)``: the AR prior's log-likelihood of each sequence (one compiled program)."""
     graphdef, state = nnx.split(assets.ar)
-    return jax.jit(lambda x: generators.ar_loglik(nnx.merge(graphdef, state), x))
+    return functools.partial(_loglik, graphdef, state)
 
 
 def ar_moves(assets: Assets, suffix_max: int):
@@ -183,6 +192,12 @@ def ar_moves(assets: Assets, suffix_max: int):
     return init, propose
 
 
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _remask(graphdef, state, key, x, n_mask: int):
+    new, _, _ = generators.diffusion_remask(nnx.merge(graphdef, state), key, x, n_mask)
+    return new, jnp.zeros(x.shape[0])
+
+
 def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
     """``init`` and ``propose`` for the diffusion generator (re-mask and denoise).
 
@@ -193,10 +208,8 @@ def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
     graphdef, state = nnx.split(assets.diffusion)
     length = assets.world.seq_len
 
-    @jax.jit
     def propose(key, x):
-        new, _, _ = generators.diffusion_remask(nnx.merge(graphdef, state), key, x, n_mask)
-        return new, jnp.zeros(x.shape[0])
+        return _remask(graphdef, state, key, x, n_mask)
 
     def init(key, n):
         return generators.diffusion_sample(assets.diffusion, key, n, length, sample_steps)
