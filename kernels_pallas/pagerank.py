@@ -27,6 +27,7 @@ with the same rule as the reference.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -251,3 +252,364 @@ def personalized_pagerank(P, v, *, alpha: float = 0.85, iters: int = 50,
     """
     fn, _ = select(pagerank_kernel, pagerank_reference, impl)
     return fn(P, v, alpha=alpha, iters=iters, tol=tol, normalize=normalize)
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix-free PageRank over an attention graph.
+#
+# PRKV's chain is P = mean_{h in group} A_h with A_h = softmax(q_h k^T * scale) under the
+# causal positional mask (row = query, column = key) and padding rows sent to the restart v.
+# Storing A is O(T^2) per head; here every power step recomputes A tile by tile from the
+# queries, the keys and the per-row log-sum-exp, so only O(T) per head lives across steps.
+# --------------------------------------------------------------------------------------------
+
+ATTENTION_GRAPHS = ("group", "head")
+NEG_INF = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walk:
+    """Static options of one attention PageRank solve (hashable: jit's static argument)."""
+
+    scale: float
+    alpha: float
+    iters: int
+    tol: float | None
+    graph: str
+    block: int
+
+
+def _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block) -> _Walk:
+    """Validates the inputs of :func:`attention_pagerank`; returns its static options."""
+    if q.ndim != 4:
+        raise ValueError(f"q has shape {q.shape}; expected [B, H, T, hd]")
+    b, h, t, hd = q.shape
+    if k.ndim != 4 or k.shape[0] != b or k.shape[2:] != (t, hd):
+        raise ValueError(f"k has shape {k.shape}; expected [B={b}, Hkv, T={t}, hd={hd}] "
+                         f"matching q {q.shape}")
+    hkv = k.shape[1]
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"q has H={h} heads and k has Hkv={hkv}; expected H a multiple of Hkv")
+    if positions.shape != (b, t) or not jnp.issubdtype(positions.dtype, jnp.integer):
+        raise ValueError(f"positions has shape {positions.shape} and dtype {positions.dtype}; "
+                         f"expected integer [B={b}, T={t}] (-1 = padding)")
+    if v.shape != (b, t):
+        raise ValueError(f"v has shape {v.shape}; expected [B={b}, T={t}]")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha={alpha!r}; expected 0 < alpha < 1")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters={iters!r}; expected a positive int")
+    if tol is not None and not float(tol) > 0:
+        raise ValueError(f"tol={tol!r}; expected None or a positive float")
+    if graph not in ATTENTION_GRAPHS:
+        raise ValueError(f"graph={graph!r}; expected one of {ATTENTION_GRAPHS}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block & (block - 1):
+        raise ValueError(f"block={block!r}; expected a positive power of two")
+    scale = hd ** -0.5 if scale is None else float(scale)
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r}; expected None (hd ** -0.5) or a positive float")
+    if not _is_traced(v):
+        vs = np.asarray(jax.device_get(v), np.float64)
+        lo, hi = vs.sum(-1).min(), vs.sum(-1).max()
+        if vs.min() < 0 or max(abs(lo - 1), abs(hi - 1)) > STOCHASTIC_ATOL:
+            raise ValueError(f"v is not a distribution: min {vs.min():.3g}, sums in [{lo:.6g}, "
+                             f"{hi:.6g}]; expected non-negative rows summing to 1 +- "
+                             f"{STOCHASTIC_ATOL}")
+    return _Walk(scale, float(alpha), iters, None if tol is None else float(tol), graph, block)
+
+
+def _graph_heads(q, k, graph):
+    """``(q [B, Hg, G, T, hd], k [B, Hg, T, hd])`` float32: the query heads of each graph.
+
+    ``group``: one graph per KV head over its ``G = H / Hkv`` query heads (the
+    order of ``lab.nn``'s GQA: query head ``h`` reads KV head ``h // G``);
+    ``head``: one graph per query head (``G = 1``, its KV head's keys repeated).
+    """
+    b, h, t, hd = q.shape
+    hkv = k.shape[1]
+    q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    if graph == "group":
+        return q.reshape(b, hkv, h // hkv, t, hd), k
+    return q[:, :, None], jnp.repeat(k, h // hkv, axis=1)
+
+
+def _pad_tokens(q, k, positions, v, t_p):
+    """Pads the token axis to ``t_p``: zero queries/keys at position -1 (never attended,
+    dangling with no mass) and zero restart."""
+    t = positions.shape[-1]
+    pad = t_p - t
+    q = jnp.pad(q, ((0, 0),) * 3 + ((0, pad), (0, 0)))
+    k = jnp.pad(k, ((0, 0),) * 2 + ((0, pad), (0, 0)))
+    positions = jnp.pad(positions.astype(jnp.int32), ((0, 0), (0, pad)), constant_values=-1)
+    v = jnp.pad(v.astype(jnp.float32), ((0, 0), (0, pad)))
+    return q, k, positions, v
+
+
+def _finish(pi, t, h, hkv, graph):
+    """``[B, Hg, T_p] -> [B, Hkv, T]``: the padding cut, ``head`` scores averaged per group."""
+    pi = pi[..., :t]
+    if graph == "head":
+        b = pi.shape[0]
+        pi = pi.reshape(b, hkv, h // hkv, t).mean(2)
+    return pi
+
+
+def _walk_one(q, k, pos, u, walk: _Walk):
+    """One graph (jnp): ``q [G, T_p, hd]``, ``k [T_p, hd]``, ``pos [T_p]``, ``u [T_p]`` -> pi.
+
+    Query rows are taken ``block`` at a time; each block's tile is ``[G, block, T_p]``.
+    """
+    g, t_p, hd = q.shape
+    nb, bq = t_p // walk.block, walk.block
+    qb = q.reshape(g, nb, bq, hd).transpose(1, 0, 2, 3)          # [nb, G, bq, hd]
+    posb = pos.reshape(nb, bq)
+    hi = lax.Precision.HIGHEST
+
+    def tile(q_i, pos_i):
+        """Masked logits ``[G, bq, T_p]`` of one query block and its allowed pairs."""
+        s = jnp.einsum("gqd,kd->gqk", q_i, k, precision=hi) * walk.scale
+        ok = (pos[None, :] >= 0) & (pos[None, :] <= pos_i[:, None])
+        return jnp.where(ok[None], s, NEG_INF), ok
+
+    def norm_block(xs):
+        s, _ = tile(*xs)
+        m = jnp.max(s, axis=-1)
+        den = jnp.sum(jnp.exp(s - m[..., None]), axis=-1)
+        valid = xs[1] >= 0                                        # dangling rows: unused
+        return jnp.where(valid, m, 0.0), jnp.where(valid, den, 1.0)
+
+    m, den = lax.map(norm_block, (qb, posb))                      # [nb, G, bq] each
+    dangling = pos < 0
+
+    def step(pi):
+        def row_block(acc, xs):
+            q_i, pos_i, m_i, den_i, pi_i = xs
+            s, ok = tile(q_i, pos_i)
+            a = jnp.where(ok[None], jnp.exp(s - m_i[..., None]) / den_i[..., None], 0.0)
+            return acc + jnp.einsum("q,gqk->k", pi_i / g, a, precision=hi), None
+
+        acc, _ = lax.scan(row_block, jnp.zeros((t_p,), jnp.float32),
+                          (qb, posb, m, den, pi.reshape(nb, bq)))
+        lost = jnp.sum(jnp.where(dangling, pi, 0.0))              # dangling rows jump to u
+        return (1 - walk.alpha) * u + walk.alpha * (acc + lost * u)
+
+    if walk.tol is None:
+        return lax.fori_loop(0, walk.iters, lambda _, pi: step(pi), u)
+
+    def body(c):
+        it, pi, _ = c
+        new = step(pi)
+        return it + 1, new, jnp.sum(jnp.abs(new - pi))
+
+    cond = lambda c: (c[0] < walk.iters) & (c[2] >= walk.tol)
+    return lax.while_loop(cond, body, (0, u, jnp.array(jnp.inf, jnp.float32)))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("walk",))
+def _attention_walk(q, k, v, positions, walk: _Walk):
+    b, h, t, _ = q.shape
+    hkv = k.shape[1]
+    qg, kg = _graph_heads(q, k, walk.graph)
+    block = min(walk.block, 1 << (t - 1).bit_length())
+    walk = dataclasses.replace(walk, block=block)
+    qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, pl.cdiv(t, block) * block)
+    per_graph = jax.vmap(_walk_one, in_axes=(0, 0, None, None, None))
+    pi = jax.vmap(per_graph, in_axes=(0, 0, 0, 0, None))(qg, kg, pos, u, walk)
+    return _finish(pi, t, h, hkv, walk.graph)
+
+
+def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = None,
+                                 alpha: float = 0.85, iters: int = 50, tol: float | None = None,
+                                 graph: str = "group", block: int = 64):
+    """Personalized PageRank over one layer's causal attention graph, never forming ``[T, T]``.
+
+    The chain is PRKV's (``lab.methods.prkv.transition_graph``): with
+    ``A_h[i, j] = exp(q_h[i] . k[j] * scale - lse_h[i])`` for keys ``j`` that
+    query ``i`` may attend (``0 <= positions[j] <= positions[i]``, the mask of
+    ``lab.nn``'s attention; ``lse_h[i]`` the row's log-sum-exp, so each row is
+    a softmax), ``graph="group"`` walks ``P = mean_{h in group} A_h`` (a mean of
+    row-stochastic rows, so row-stochastic), and padding queries
+    (``positions[i] = -1``, which attend nothing) are dangling rows that jump to
+    ``v`` (networkx's rule). ``pi`` is the fixed point of
+    ``pi = (1 - alpha) v + alpha pi P`` by power iteration from ``pi = v``, as
+    :func:`pagerank_reference` computes it on the materialised ``P``.
+
+    Each step's ``pi P = sum_i pi_i P[i, :]`` is computed a query block at a
+    time: the ``[block, T]`` logit tile of every head in the graph is
+    recomputed from ``q`` and ``k`` and exponentiated against the stored
+    ``lse``, then contracted with ``pi`` of those rows; dangling rows add
+    ``(sum of their pi) * v``. Across steps only ``q``, ``k``, ``lse [H, T]``
+    and ``pi`` live: O(T) memory per head for O(iters T^2 hd) work.
+
+    Args:
+      q: ``[B, H, T, hd]`` queries of every prompt token (after RoPE).
+      k: ``[B, Hkv, T, hd]`` keys of the same tokens; ``H`` a multiple of ``Hkv``.
+      v: ``[B, T]`` restart distributions (checked when concrete).
+      positions: ``[B, T]`` int token positions, -1 = padding.
+      scale: logit scale, ``hd ** -0.5`` by default (``lab.nn``'s).
+      alpha: damping, ``0 < alpha < 1``; iters: steps (the maximum with ``tol``).
+      tol: stop a graph once the L1 change of a step is below ``tol``.
+      graph: ``"group"`` (one graph per KV head) or ``"head"`` (one PageRank per
+        query head, then the mean of the scores over the group).
+      block: query rows per tile (a power of two).
+
+    Returns:
+      ``pi [B, Hkv, T]`` float32 (each sums to 1 when ``v`` does).
+    """
+    q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    return _attention_walk(q, k, v, positions, walk)
+
+
+def _attention_kernel(q_ref, k_ref, pos_ref, v_ref, pi_ref, new_ref, max_ref, den_ref, *,
+                      walk: _Walk, groups, n_blocks, gpu):
+    """One graph per program: ``q_ref [G, T_p, hd]``, ``k_ref [T_p, hd]``, ``pos_ref``,
+    ``v_ref [T_p]``; ``pi_ref``/``new_ref [T_p]`` iterate; ``max_ref``/``den_ref [G, T_p]``
+    hold each row's softmax max and normaliser (its log-sum-exp is ``max + log den``)."""
+    bs = walk.block
+
+    def allowed(rs, cs):
+        qpos, kpos = pos_ref[rs], pos_ref[cs]
+        return (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+
+    def logits(g, rs, cs):
+        s = lax.dot_general(q_ref[g, rs, :], k_ref[cs, :], (((1,), (1,)), ((), ())),
+                            precision=lax.Precision.HIGHEST,
+                            preferred_element_type=jnp.float32)
+        return s * walk.scale
+
+    def norm_rows(r, carry):  # online softmax max and normaliser over key tiles, per head
+        rs = pl.ds(r * bs, bs)
+        for g in range(groups):
+            def keys(c, ml, g=g):
+                m, den = ml
+                cs = pl.ds(c * bs, bs)
+                ok = allowed(rs, cs)
+                s = jnp.where(ok, logits(g, rs, cs), NEG_INF)
+                m_new = jnp.maximum(m, jnp.max(s, axis=1))
+                p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
+                return m_new, den * jnp.exp(m - m_new) + jnp.sum(p, axis=1)
+
+            m, den = lax.fori_loop(0, n_blocks, keys, (jnp.full((bs,), NEG_INF, jnp.float32),
+                                                       jnp.zeros((bs,), jnp.float32)))
+            max_ref[g, rs] = jnp.where(den > 0, m, 0.0)
+            den_ref[g, rs] = jnp.where(den > 0, den, 1.0)
+        pi_ref[rs] = v_ref[rs]
+        return carry
+
+    lax.fori_loop(0, n_blocks, norm_rows, 0)
+    _barrier(gpu)
+
+    def dangling_mass(r, acc):
+        rs = pl.ds(r * bs, bs)
+        return acc + jnp.sum(jnp.where(pos_ref[rs] < 0, pi_ref[rs], 0.0))
+
+    def column_block(c, carry):
+        delta, lost = carry
+        cs = pl.ds(c * bs, bs)
+
+        def rows(r, acc):
+            rs = pl.ds(r * bs, bs)
+            ok = allowed(rs, cs)
+            w = pi_ref[rs] / groups
+            for g in range(groups):
+                e = jnp.exp(logits(g, rs, cs) - max_ref[g, rs][:, None]) / den_ref[g, rs][:, None]
+                a = jnp.where(ok, e, 0.0)
+                acc = acc + jnp.sum(w[:, None] * a, axis=0)
+            return acc
+
+        acc = lax.fori_loop(0, n_blocks, rows, jnp.zeros((bs,), jnp.float32))
+        u = v_ref[cs]
+        new = (1 - walk.alpha) * u + walk.alpha * (acc + lost * u)
+        new_ref[cs] = new
+        return delta + jnp.sum(jnp.abs(new - pi_ref[cs])), lost
+
+    def copy_back(c, carry):
+        cs = pl.ds(c * bs, bs)
+        pi_ref[cs] = new_ref[cs]
+        return carry
+
+    def one_step():
+        lost = lax.fori_loop(0, n_blocks, dangling_mass, jnp.zeros((), jnp.float32))
+        delta, _ = lax.fori_loop(0, n_blocks, column_block, (jnp.zeros((), jnp.float32), lost))
+        _barrier(gpu)
+        lax.fori_loop(0, n_blocks, copy_back, 0)
+        _barrier(gpu)
+        return delta
+
+    if walk.tol is None:
+        lax.fori_loop(0, walk.iters, lambda _, carry: (one_step(), carry)[1], 0)
+    else:
+        cond = lambda c: (c[0] < walk.iters) & (c[1] >= walk.tol)
+        lax.while_loop(cond, lambda c: (c[0] + 1, one_step()),
+                       (jnp.int32(0), jnp.array(jnp.inf, jnp.float32)))
+
+
+@functools.partial(jax.jit, static_argnames=("walk", "interpret"))
+def _attention_call(q, k, v, positions, walk: _Walk, interpret: bool):
+    b, h, t, hd = q.shape
+    hkv = k.shape[1]
+    qg, kg = _graph_heads(q, k, walk.graph)
+    block = min(walk.block, max(16, 1 << (t - 1).bit_length()))
+    walk = dataclasses.replace(walk, block=block)
+    t_p = pl.cdiv(t, block) * block
+    qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, t_p)
+    hd_p = max(16, 1 << (hd - 1).bit_length())           # Triton tiles: power-of-two widths
+    qg = jnp.pad(qg, ((0, 0),) * 4 + ((0, hd_p - hd),))
+    kg = jnp.pad(kg, ((0, 0),) * 3 + ((0, hd_p - hd),))
+    n_graphs, groups = qg.shape[1], qg.shape[2]
+    gpu = not interpret and platform() == "gpu"
+    params = None
+    if gpu:
+        from jax.experimental.pallas import triton as pltriton
+
+        params = pltriton.CompilerParams(num_warps=4, num_stages=2)
+    tok = pl.BlockSpec((None, t_p), lambda i, j: (i, 0))
+    vec = pl.BlockSpec((None, None, t_p), lambda i, j: (i, j, 0))
+    norm = pl.BlockSpec((None, None, groups, t_p), lambda i, j: (i, j, 0, 0))
+    pi, _, _, _ = pl.pallas_call(
+        functools.partial(_attention_kernel, walk=walk, groups=groups, n_blocks=t_p // block,
+                          gpu=gpu),
+        grid=(b, n_graphs),
+        in_specs=[pl.BlockSpec((None, None, groups, t_p, hd_p), lambda i, j: (i, j, 0, 0, 0)),
+                  pl.BlockSpec((None, None, t_p, hd_p), lambda i, j: (i, j, 0, 0)), tok, tok],
+        out_specs=[vec, vec, norm, norm],
+        out_shape=[jax.ShapeDtypeStruct((b, n_graphs, t_p), jnp.float32)] * 2
+        + [jax.ShapeDtypeStruct((b, n_graphs, groups, t_p), jnp.float32)] * 2,
+        compiler_params=params, interpret=interpret, name="lab_attention_pagerank",
+    )(qg, kg, pos, u)
+    return _finish(pi, t, h, hkv, walk.graph)
+
+
+def attention_pagerank_kernel(q, k, v, *, positions, scale: float | None = None,
+                              alpha: float = 0.85, iters: int = 50, tol: float | None = None,
+                              graph: str = "group", block: int = 64, interpret: bool = False):
+    """:func:`attention_pagerank_reference` as a Pallas kernel; same arguments and result.
+
+    One program per graph (grid ``B x Hkv`` for ``group``, ``B x H`` for
+    ``head``). A first pass writes each query row's log-sum-exp by an online
+    softmax over ``block x block`` key tiles (flash attention's recurrence);
+    each power step then, for every key block ``c``, sums
+    ``pi[r] * exp(q[r] k[c]^T * scale - lse[r])`` (masked) over the query
+    blocks ``r`` and the group's heads, writes the new block to a second buffer
+    and copies it back once every block is done (as :func:`pagerank_kernel`).
+    Only ``block x block`` tiles exist; ``T`` is padded to a block multiple
+    (block clipped to ``max(16, next_pow2(T))``) and ``hd`` to a power of two.
+    """
+    q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    return _attention_call(q, k, v, positions, walk, interpret)
+
+
+def attention_pagerank(q, k, v, *, positions, scale: float | None = None, alpha: float = 0.85,
+                       iters: int = 50, tol: float | None = None, graph: str = "group",
+                       impl: str | None = None):
+    """Dispatching entry point: :func:`attention_pagerank_kernel` or its jnp reference.
+
+    ``impl`` as :func:`personalized_pagerank` (compiled Pallas on GPU/TPU, the
+    reference on CPU). Result: ``pi [B, Hkv, T]``, equal to
+    ``lab.methods.prkv.prkv_scores`` on this layer's materialised attention.
+    """
+    fn, _ = select(attention_pagerank_kernel, attention_pagerank_reference, impl)
+    return fn(q, k, v, positions=positions, scale=scale, alpha=alpha, iters=iters, tol=tol,
+              graph=graph)
