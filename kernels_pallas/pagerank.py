@@ -23,6 +23,17 @@ readable until every column block is done). ``n`` is padded to a block
 multiple with zero rows/columns, which receive and send no mass. The early
 stop on ``tol`` runs inside the kernel as a ``while_loop`` per batch element,
 with the same rule as the reference.
+
+Matrix-free over attention (:func:`attention_pagerank`, its jnp reference and
+Pallas kernel): when ``P`` is PRKV's attention graph (row ``i`` the causal
+softmax attention of query ``i``, averaged over a KV group's query heads,
+padding rows dangling to ``v``), the solve takes one layer's queries and keys
+instead of ``P``. A first blocked pass stores each query row's softmax max and
+normaliser (its log-sum-exp, O(T) per head); every power step then recomputes
+``P`` tile by tile (``[block, T]`` rows in the reference, ``block x block``
+tiles in the kernel) and contracts it with ``pi`` at once, so no ``[T, T]``
+array exists: O(T) memory per head for O(iters T^2 hd) work, where the
+materialised path holds ``4 H T^2`` bytes of attention plus its graphs.
 """
 
 from __future__ import annotations
@@ -461,88 +472,57 @@ def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = No
     return _attention_walk(q, k, v, positions, walk)
 
 
-def _attention_kernel(q_ref, k_ref, pos_ref, v_ref, pi_ref, new_ref, max_ref, den_ref, *,
-                      walk: _Walk, groups, n_blocks, gpu):
-    """One graph per program: ``q_ref [G, T_p, hd]``, ``k_ref [T_p, hd]``, ``pos_ref``,
-    ``v_ref [T_p]``; ``pi_ref``/``new_ref [T_p]`` iterate; ``max_ref``/``den_ref [G, T_p]``
-    hold each row's softmax max and normaliser (its log-sum-exp is ``max + log den``)."""
-    bs = walk.block
+def _norm_kernel(q_ref, k_ref, qpos_ref, kpos_ref, max_ref, den_ref, *, scale, block,
+                 n_blocks, groups):
+    """One query block of one graph: the softmax max and normaliser of each row and head
+    (flash attention's online recurrence over ``block x block`` key tiles)."""
+    qpos = qpos_ref[...]
+    for g in range(groups):
+        q = q_ref[g]
 
-    def allowed(rs, cs):
-        qpos, kpos = pos_ref[rs], pos_ref[cs]
-        return (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+        def keys(c, carry, q=q):
+            m, den = carry
+            cs = pl.ds(c * block, block)
+            kpos = kpos_ref[cs]
+            ok = (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+            s = _logits_hi(q, k_ref[cs, :], scale)
+            s = jnp.where(ok, s, NEG_INF)
+            m_new = jnp.maximum(m, jnp.max(s, axis=1))
+            p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
+            return m_new, den * jnp.exp(m - m_new) + jnp.sum(p, axis=1)
 
-    def logits(g, rs, cs):
-        s = lax.dot_general(q_ref[g, rs, :], k_ref[cs, :], (((1,), (1,)), ((), ())),
-                            precision=lax.Precision.HIGHEST,
-                            preferred_element_type=jnp.float32)
-        return s * walk.scale
+        m, den = lax.fori_loop(0, n_blocks, keys, (jnp.full((block,), NEG_INF, jnp.float32),
+                                                   jnp.zeros((block,), jnp.float32)))
+        max_ref[g] = jnp.where(den > 0, m, 0.0)
+        den_ref[g] = jnp.where(den > 0, den, 1.0)
 
-    def norm_rows(r, carry):  # online softmax max and normaliser over key tiles, per head
-        rs = pl.ds(r * bs, bs)
+
+def _flow_kernel(q_ref, k_ref, qpos_ref, kpos_ref, max_ref, den_ref, pi_ref, out_ref, *, scale,
+                 block, n_blocks, groups):
+    """One key block ``c`` of one graph: ``sum_i pi_i mean_g A_g[i, c]`` over every query
+    block (dangling rows have all-zero ``A`` rows; their mass is added outside)."""
+    k = k_ref[...]
+    kpos = kpos_ref[...]
+
+    def rows(r, acc):
+        rs = pl.ds(r * block, block)
+        qpos = qpos_ref[rs]
+        ok = (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+        w = pi_ref[rs] / groups
         for g in range(groups):
-            def keys(c, ml, g=g):
-                m, den = ml
-                cs = pl.ds(c * bs, bs)
-                ok = allowed(rs, cs)
-                s = jnp.where(ok, logits(g, rs, cs), NEG_INF)
-                m_new = jnp.maximum(m, jnp.max(s, axis=1))
-                p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
-                return m_new, den * jnp.exp(m - m_new) + jnp.sum(p, axis=1)
+            s = _logits_hi(q_ref[g, rs, :], k, scale)
+            e = jnp.exp(s - max_ref[g, rs][:, None]) / den_ref[g, rs][:, None]
+            acc = acc + jnp.sum(w[:, None] * jnp.where(ok, e, 0.0), axis=0)
+        return acc
 
-            m, den = lax.fori_loop(0, n_blocks, keys, (jnp.full((bs,), NEG_INF, jnp.float32),
-                                                       jnp.zeros((bs,), jnp.float32)))
-            max_ref[g, rs] = jnp.where(den > 0, m, 0.0)
-            den_ref[g, rs] = jnp.where(den > 0, den, 1.0)
-        pi_ref[rs] = v_ref[rs]
-        return carry
+    out_ref[...] = lax.fori_loop(0, n_blocks, rows, jnp.zeros((block,), jnp.float32))
 
-    lax.fori_loop(0, n_blocks, norm_rows, 0)
-    _barrier(gpu)
 
-    def dangling_mass(r, acc):
-        rs = pl.ds(r * bs, bs)
-        return acc + jnp.sum(jnp.where(pos_ref[rs] < 0, pi_ref[rs], 0.0))
-
-    def column_block(c, carry):
-        delta, lost = carry
-        cs = pl.ds(c * bs, bs)
-
-        def rows(r, acc):
-            rs = pl.ds(r * bs, bs)
-            ok = allowed(rs, cs)
-            w = pi_ref[rs] / groups
-            for g in range(groups):
-                e = jnp.exp(logits(g, rs, cs) - max_ref[g, rs][:, None]) / den_ref[g, rs][:, None]
-                a = jnp.where(ok, e, 0.0)
-                acc = acc + jnp.sum(w[:, None] * a, axis=0)
-            return acc
-
-        acc = lax.fori_loop(0, n_blocks, rows, jnp.zeros((bs,), jnp.float32))
-        u = v_ref[cs]
-        new = (1 - walk.alpha) * u + walk.alpha * (acc + lost * u)
-        new_ref[cs] = new
-        return delta + jnp.sum(jnp.abs(new - pi_ref[cs])), lost
-
-    def copy_back(c, carry):
-        cs = pl.ds(c * bs, bs)
-        pi_ref[cs] = new_ref[cs]
-        return carry
-
-    def one_step():
-        lost = lax.fori_loop(0, n_blocks, dangling_mass, jnp.zeros((), jnp.float32))
-        delta, _ = lax.fori_loop(0, n_blocks, column_block, (jnp.zeros((), jnp.float32), lost))
-        _barrier(gpu)
-        lax.fori_loop(0, n_blocks, copy_back, 0)
-        _barrier(gpu)
-        return delta
-
-    if walk.tol is None:
-        lax.fori_loop(0, walk.iters, lambda _, carry: (one_step(), carry)[1], 0)
-    else:
-        cond = lambda c: (c[0] < walk.iters) & (c[1] >= walk.tol)
-        lax.while_loop(cond, lambda c: (c[0] + 1, one_step()),
-                       (jnp.int32(0), jnp.array(jnp.inf, jnp.float32)))
+def _logits_hi(q, k, scale):
+    """``q @ k.T * scale`` in full float32 (no TF32: the scores must match to 1e-6)."""
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST,
+                        preferred_element_type=jnp.float32)
+    return s * scale
 
 
 @functools.partial(jax.jit, static_argnames=("walk", "interpret"))
@@ -550,51 +530,83 @@ def _attention_call(q, k, v, positions, walk: _Walk, interpret: bool):
     b, h, t, hd = q.shape
     hkv = k.shape[1]
     qg, kg = _graph_heads(q, k, walk.graph)
-    block = min(walk.block, max(16, 1 << (t - 1).bit_length()))
-    walk = dataclasses.replace(walk, block=block)
-    t_p = pl.cdiv(t, block) * block
+    bs = min(walk.block, max(16, 1 << (t - 1).bit_length()))
+    t_p = pl.cdiv(t, bs) * bs
+    nb = t_p // bs
     qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, t_p)
     hd_p = max(16, 1 << (hd - 1).bit_length())           # Triton tiles: power-of-two widths
     qg = jnp.pad(qg, ((0, 0),) * 4 + ((0, hd_p - hd),))
     kg = jnp.pad(kg, ((0, 0),) * 3 + ((0, hd_p - hd),))
     n_graphs, groups = qg.shape[1], qg.shape[2]
-    gpu = not interpret and platform() == "gpu"
     params = None
-    if gpu:
+    if not interpret and platform() == "gpu":
         from jax.experimental.pallas import triton as pltriton
 
         params = pltriton.CompilerParams(num_warps=4, num_stages=2)
-    tok = pl.BlockSpec((None, t_p), lambda i, j: (i, 0))
-    vec = pl.BlockSpec((None, None, t_p), lambda i, j: (i, j, 0))
-    norm = pl.BlockSpec((None, None, groups, t_p), lambda i, j: (i, j, 0, 0))
-    pi, _, _, _ = pl.pallas_call(
-        functools.partial(_attention_kernel, walk=walk, groups=groups, n_blocks=t_p // block,
-                          gpu=gpu),
-        grid=(b, n_graphs),
-        in_specs=[pl.BlockSpec((None, None, groups, t_p, hd_p), lambda i, j: (i, j, 0, 0, 0)),
-                  pl.BlockSpec((None, None, t_p, hd_p), lambda i, j: (i, j, 0, 0)), tok, tok],
-        out_specs=[vec, vec, norm, norm],
-        out_shape=[jax.ShapeDtypeStruct((b, n_graphs, t_p), jnp.float32)] * 2
-        + [jax.ShapeDtypeStruct((b, n_graphs, groups, t_p), jnp.float32)] * 2,
-        compiler_params=params, interpret=interpret, name="lab_attention_pagerank",
-    )(qg, kg, pos, u)
+    opts = dict(scale=walk.scale, block=bs, n_blocks=nb, groups=groups)
+    q_all = pl.BlockSpec((None, None, groups, t_p, hd_p), lambda i, j, c: (i, j, 0, 0, 0))
+    q_blk = pl.BlockSpec((None, None, groups, bs, hd_p), lambda i, j, c: (i, j, 0, c, 0))
+    k_all = pl.BlockSpec((None, None, t_p, hd_p), lambda i, j, c: (i, j, 0, 0))
+    k_blk = pl.BlockSpec((None, None, bs, hd_p), lambda i, j, c: (i, j, c, 0))
+    pos_all = pl.BlockSpec((None, t_p), lambda i, j, c: (i, 0))
+    pos_blk = pl.BlockSpec((None, bs), lambda i, j, c: (i, c))
+    norm_all = pl.BlockSpec((None, None, groups, t_p), lambda i, j, c: (i, j, 0, 0))
+    norm_blk = pl.BlockSpec((None, None, groups, bs), lambda i, j, c: (i, j, 0, c))
+    grid = (b, n_graphs, nb)
+    m, den = pl.pallas_call(
+        functools.partial(_norm_kernel, **opts), grid=grid,
+        in_specs=[q_blk, k_all, pos_blk, pos_all], out_specs=[norm_blk, norm_blk],
+        out_shape=[jax.ShapeDtypeStruct((b, n_graphs, groups, t_p), jnp.float32)] * 2,
+        compiler_params=params, interpret=interpret, name="lab_attention_softmax_stats",
+    )(qg, kg, pos, pos)
+    flow = pl.pallas_call(
+        functools.partial(_flow_kernel, **opts), grid=grid,
+        in_specs=[q_all, k_blk, pos_all, pos_blk, norm_all, norm_all,
+                  pl.BlockSpec((None, None, t_p), lambda i, j, c: (i, j, 0))],
+        out_specs=pl.BlockSpec((None, None, bs), lambda i, j, c: (i, j, c)),
+        out_shape=jax.ShapeDtypeStruct((b, n_graphs, t_p), jnp.float32),
+        compiler_params=params, interpret=interpret, name="lab_attention_pagerank_step",
+    )
+    u = jnp.broadcast_to(u[:, None], (b, n_graphs, t_p))
+    dangling = (pos < 0)[:, None]
+
+    def step(pi):
+        lost = jnp.sum(jnp.where(dangling, pi, 0.0), axis=-1, keepdims=True)
+        return (1 - walk.alpha) * u + walk.alpha * (flow(qg, kg, pos, pos, m, den, pi) + lost * u)
+
+    if walk.tol is None:
+        pi = lax.fori_loop(0, walk.iters, lambda _, x: step(x), u)
+    else:  # each graph stops on its own, as the reference's vmapped while_loop
+        def body(c):
+            it, x, delta = c
+            new = step(x)
+            live = delta >= walk.tol
+            change = jnp.sum(jnp.abs(new - x), axis=-1)
+            return it + 1, jnp.where(live[..., None], new, x), jnp.where(live, change, delta)
+
+        cond = lambda c: (c[0] < walk.iters) & jnp.any(c[2] >= walk.tol)
+        init = (0, u, jnp.full((b, n_graphs), jnp.inf, jnp.float32))
+        pi = lax.while_loop(cond, body, init)[1]
     return _finish(pi, t, h, hkv, walk.graph)
 
 
 def attention_pagerank_kernel(q, k, v, *, positions, scale: float | None = None,
                               alpha: float = 0.85, iters: int = 50, tol: float | None = None,
                               graph: str = "group", block: int = 64, interpret: bool = False):
-    """:func:`attention_pagerank_reference` as a Pallas kernel; same arguments and result.
+    """:func:`attention_pagerank_reference` with its two blocked passes as Pallas kernels.
 
-    One program per graph (grid ``B x Hkv`` for ``group``, ``B x H`` for
-    ``head``). A first pass writes each query row's log-sum-exp by an online
-    softmax over ``block x block`` key tiles (flash attention's recurrence);
-    each power step then, for every key block ``c``, sums
-    ``pi[r] * exp(q[r] k[c]^T * scale - lse[r])`` (masked) over the query
-    blocks ``r`` and the group's heads, writes the new block to a second buffer
-    and copies it back once every block is done (as :func:`pagerank_kernel`).
-    Only ``block x block`` tiles exist; ``T`` is padded to a block multiple
-    (block clipped to ``max(16, next_pow2(T))``) and ``hd`` to a power of two.
+    ``lab_attention_softmax_stats`` (grid ``B x graphs x query blocks``) writes
+    each query row's softmax max and normaliser by an online softmax over
+    ``block x block`` key tiles (flash attention's recurrence).
+    ``lab_attention_pagerank_step`` (grid ``B x graphs x key blocks``, one launch
+    per power step) gives each key block ``c`` its inflow
+    ``sum_i pi_i mean_g A_g[i, c]``, recomputing the tiles
+    ``exp(q[r] k[c]^T * scale - max[r]) / den[r]`` (masked) over every query
+    block ``r``; the step's restart and dangling terms, and the per-graph
+    ``tol`` stop, are jnp around it. Only ``block x block`` tiles exist; ``T``
+    is padded to a block multiple (block clipped to ``max(16, next_pow2(T))``)
+    and ``hd`` to a power of two. Graphs are ``B x Hkv`` (``group``) or
+    ``B x H`` (``head``).
     """
     q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
     walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
