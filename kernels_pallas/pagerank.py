@@ -445,12 +445,15 @@ def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = No
     ``pi = (1 - alpha) v + alpha pi P`` by power iteration from ``pi = v``, as
     :func:`pagerank_reference` computes it on the materialised ``P``.
 
-    Each step's ``pi P = sum_i pi_i P[i, :]`` is computed a query block at a
-    time: the ``[block, T]`` logit tile of every head in the graph is
-    recomputed from ``q`` and ``k`` and exponentiated against the stored
-    ``lse``, then contracted with ``pi`` of those rows; dangling rows add
-    ``(sum of their pi) * v``. Across steps only ``q``, ``k``, ``lse [H, T]``
-    and ``pi`` live: O(T) memory per head for O(iters T^2 hd) work.
+    A first pass over query blocks stores each row's softmax max ``m`` and
+    normaliser ``den`` (``lse = m + log den``, kept in two parts so that
+    ``exp(s - m) / den`` rounds as the materialised softmax does). Each step's
+    ``pi P = sum_i pi_i P[i, :]`` is then computed a query block at a time:
+    the ``[block, T]`` logit tile of every head in the graph is recomputed from
+    ``q`` and ``k``, normalised with the stored statistics and contracted with
+    ``pi`` of those rows; dangling rows add ``(sum of their pi) * v``. Across
+    steps only ``q``, ``k``, ``m, den [H, T]`` and ``pi`` live: O(T) memory per
+    head for O(iters T^2 hd) work.
 
     Args:
       q: ``[B, H, T, hd]`` queries of every prompt token (after RoPE).
