@@ -23,10 +23,22 @@ readable until every column block is done). ``n`` is padded to a block
 multiple with zero rows/columns, which receive and send no mass. The early
 stop on ``tol`` runs inside the kernel as a ``while_loop`` per batch element,
 with the same rule as the reference.
+
+Matrix-free over attention (:func:`attention_pagerank`, its jnp reference and
+Pallas kernel): when ``P`` is PRKV's attention graph (row ``i`` the causal
+softmax attention of query ``i``, averaged over a KV group's query heads,
+padding rows dangling to ``v``), the solve takes one layer's queries and keys
+instead of ``P``. A first blocked pass stores each query row's softmax max and
+normaliser (its log-sum-exp, O(T) per head); every power step then recomputes
+``P`` tile by tile (``[block, T]`` rows in the reference, ``block x block``
+tiles in the kernel) and contracts it with ``pi`` at once, so no ``[T, T]``
+array exists: O(T) memory per head for O(iters T^2 hd) work, where the
+materialised path holds ``4 H T^2`` bytes of attention plus its graphs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -251,3 +263,368 @@ def personalized_pagerank(P, v, *, alpha: float = 0.85, iters: int = 50,
     """
     fn, _ = select(pagerank_kernel, pagerank_reference, impl)
     return fn(P, v, alpha=alpha, iters=iters, tol=tol, normalize=normalize)
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix-free PageRank over an attention graph.
+#
+# PRKV's chain is P = mean_{h in group} A_h with A_h = softmax(q_h k^T * scale) under the
+# causal positional mask (row = query, column = key) and padding rows sent to the restart v.
+# Storing A is O(T^2) per head; here every power step recomputes A tile by tile from the
+# queries, the keys and the per-row log-sum-exp, so only O(T) per head lives across steps.
+# --------------------------------------------------------------------------------------------
+
+ATTENTION_GRAPHS = ("group", "head")
+NEG_INF = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walk:
+    """Static options of one attention PageRank solve (hashable: jit's static argument)."""
+
+    scale: float
+    alpha: float
+    iters: int
+    tol: float | None
+    graph: str
+    block: int
+
+
+def _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block) -> _Walk:
+    """Validates the inputs of :func:`attention_pagerank`; returns its static options."""
+    if q.ndim != 4:
+        raise ValueError(f"q has shape {q.shape}; expected [B, H, T, hd]")
+    b, h, t, hd = q.shape
+    if k.ndim != 4 or k.shape[0] != b or k.shape[2:] != (t, hd):
+        raise ValueError(f"k has shape {k.shape}; expected [B={b}, Hkv, T={t}, hd={hd}] "
+                         f"matching q {q.shape}")
+    hkv = k.shape[1]
+    if hkv < 1 or h % hkv:
+        raise ValueError(f"q has H={h} heads and k has Hkv={hkv}; expected H a multiple of Hkv")
+    if positions.shape != (b, t) or not jnp.issubdtype(positions.dtype, jnp.integer):
+        raise ValueError(f"positions has shape {positions.shape} and dtype {positions.dtype}; "
+                         f"expected integer [B={b}, T={t}] (-1 = padding)")
+    if v.shape != (b, t):
+        raise ValueError(f"v has shape {v.shape}; expected [B={b}, T={t}]")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha={alpha!r}; expected 0 < alpha < 1")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters={iters!r}; expected a positive int")
+    if tol is not None and not float(tol) > 0:
+        raise ValueError(f"tol={tol!r}; expected None or a positive float")
+    if graph not in ATTENTION_GRAPHS:
+        raise ValueError(f"graph={graph!r}; expected one of {ATTENTION_GRAPHS}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block & (block - 1):
+        raise ValueError(f"block={block!r}; expected a positive power of two")
+    scale = hd ** -0.5 if scale is None else float(scale)
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r}; expected None (hd ** -0.5) or a positive float")
+    if not _is_traced(v):
+        vs = np.asarray(jax.device_get(v), np.float64)
+        lo, hi = vs.sum(-1).min(), vs.sum(-1).max()
+        if vs.min() < 0 or max(abs(lo - 1), abs(hi - 1)) > STOCHASTIC_ATOL:
+            raise ValueError(f"v is not a distribution: min {vs.min():.3g}, sums in [{lo:.6g}, "
+                             f"{hi:.6g}]; expected non-negative rows summing to 1 +- "
+                             f"{STOCHASTIC_ATOL}")
+    return _Walk(scale, float(alpha), iters, None if tol is None else float(tol), graph, block)
+
+
+def _graph_heads(q, k, graph):
+    """``(q [B, Hg, G, T, hd], k [B, Hg, T, hd])`` float32: the query heads of each graph.
+
+    ``group``: one graph per KV head over its ``G = H / Hkv`` query heads (the
+    order of ``lab.nn``'s GQA: query head ``h`` reads KV head ``h // G``);
+    ``head``: one graph per query head (``G = 1``, its KV head's keys repeated).
+    """
+    b, h, t, hd = q.shape
+    hkv = k.shape[1]
+    q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    if graph == "group":
+        return q.reshape(b, hkv, h // hkv, t, hd), k
+    return q[:, :, None], jnp.repeat(k, h // hkv, axis=1)
+
+
+def _pad_tokens(q, k, positions, v, t_p):
+    """Pads the token axis to ``t_p``: zero queries/keys at position -1 (never attended,
+    dangling with no mass) and zero restart."""
+    t = positions.shape[-1]
+    pad = t_p - t
+    q = jnp.pad(q, ((0, 0),) * 3 + ((0, pad), (0, 0)))
+    k = jnp.pad(k, ((0, 0),) * 2 + ((0, pad), (0, 0)))
+    positions = jnp.pad(positions.astype(jnp.int32), ((0, 0), (0, pad)), constant_values=-1)
+    v = jnp.pad(v.astype(jnp.float32), ((0, 0), (0, pad)))
+    return q, k, positions, v
+
+
+def _finish(pi, t, h, hkv, graph):
+    """``[B, Hg, T_p] -> [B, Hkv, T]``: the padding cut, ``head`` scores averaged per group."""
+    pi = pi[..., :t]
+    if graph == "head":
+        b = pi.shape[0]
+        pi = pi.reshape(b, hkv, h // hkv, t).mean(2)
+    return pi
+
+
+def _walk_one(q, k, pos, u, walk: _Walk):
+    """One graph (jnp): ``q [G, T_p, hd]``, ``k [T_p, hd]``, ``pos [T_p]``, ``u [T_p]`` -> pi.
+
+    Query rows are taken ``block`` at a time; each block's tile is ``[G, block, T_p]``.
+    """
+    g, t_p, hd = q.shape
+    nb, bq = t_p // walk.block, walk.block
+    qb = q.reshape(g, nb, bq, hd).transpose(1, 0, 2, 3)          # [nb, G, bq, hd]
+    posb = pos.reshape(nb, bq)
+    hi = lax.Precision.HIGHEST
+
+    def tile(q_i, pos_i):
+        """Masked logits ``[G, bq, T_p]`` of one query block and its allowed pairs."""
+        s = jnp.einsum("gqd,kd->gqk", q_i, k, precision=hi) * walk.scale
+        ok = (pos[None, :] >= 0) & (pos[None, :] <= pos_i[:, None])
+        return jnp.where(ok[None], s, NEG_INF), ok
+
+    def norm_block(xs):
+        s, _ = tile(*xs)
+        m = jnp.max(s, axis=-1)
+        den = jnp.sum(jnp.exp(s - m[..., None]), axis=-1)
+        valid = xs[1] >= 0                                        # dangling rows: unused
+        return jnp.where(valid, m, 0.0), jnp.where(valid, den, 1.0)
+
+    m, den = lax.map(norm_block, (qb, posb))                      # [nb, G, bq] each
+    dangling = pos < 0
+
+    def step(pi):
+        def row_block(acc, xs):
+            q_i, pos_i, m_i, den_i, pi_i = xs
+            s, ok = tile(q_i, pos_i)
+            a = jnp.where(ok[None], jnp.exp(s - m_i[..., None]) / den_i[..., None], 0.0)
+            return acc + jnp.einsum("q,gqk->k", pi_i / g, a, precision=hi), None
+
+        acc, _ = lax.scan(row_block, jnp.zeros((t_p,), jnp.float32),
+                          (qb, posb, m, den, pi.reshape(nb, bq)))
+        lost = jnp.sum(jnp.where(dangling, pi, 0.0))              # dangling rows jump to u
+        return (1 - walk.alpha) * u + walk.alpha * (acc + lost * u)
+
+    if walk.tol is None:
+        return lax.fori_loop(0, walk.iters, lambda _, pi: step(pi), u)
+
+    def body(c):
+        it, pi, _ = c
+        new = step(pi)
+        return it + 1, new, jnp.sum(jnp.abs(new - pi))
+
+    cond = lambda c: (c[0] < walk.iters) & (c[2] >= walk.tol)
+    return lax.while_loop(cond, body, (0, u, jnp.array(jnp.inf, jnp.float32)))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("walk",))
+def _attention_walk(q, k, v, positions, walk: _Walk):
+    b, h, t, _ = q.shape
+    hkv = k.shape[1]
+    qg, kg = _graph_heads(q, k, walk.graph)
+    block = min(walk.block, 1 << (t - 1).bit_length())
+    walk = dataclasses.replace(walk, block=block)
+    qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, pl.cdiv(t, block) * block)
+    per_graph = jax.vmap(_walk_one, in_axes=(0, 0, None, None, None))
+    pi = jax.vmap(per_graph, in_axes=(0, 0, 0, 0, None))(qg, kg, pos, u, walk)
+    return _finish(pi, t, h, hkv, walk.graph)
+
+
+def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = None,
+                                 alpha: float = 0.85, iters: int = 50, tol: float | None = None,
+                                 graph: str = "group", block: int = 64):
+    """Personalized PageRank over one layer's causal attention graph, never forming ``[T, T]``.
+
+    The chain is PRKV's (``lab.methods.prkv.transition_graph``): with
+    ``A_h[i, j] = exp(q_h[i] . k[j] * scale - lse_h[i])`` for keys ``j`` that
+    query ``i`` may attend (``0 <= positions[j] <= positions[i]``, the mask of
+    ``lab.nn``'s attention; ``lse_h[i]`` the row's log-sum-exp, so each row is
+    a softmax), ``graph="group"`` walks ``P = mean_{h in group} A_h`` (a mean of
+    row-stochastic rows, so row-stochastic), and padding queries
+    (``positions[i] = -1``, which attend nothing) are dangling rows that jump to
+    ``v`` (networkx's rule). ``pi`` is the fixed point of
+    ``pi = (1 - alpha) v + alpha pi P`` by power iteration from ``pi = v``, as
+    :func:`pagerank_reference` computes it on the materialised ``P``.
+
+    A first pass over query blocks stores each row's softmax max ``m`` and
+    normaliser ``den`` (``lse = m + log den``, kept in two parts so that
+    ``exp(s - m) / den`` rounds as the materialised softmax does). Each step's
+    ``pi P = sum_i pi_i P[i, :]`` is then computed a query block at a time:
+    the ``[block, T]`` logit tile of every head in the graph is recomputed from
+    ``q`` and ``k``, normalised with the stored statistics and contracted with
+    ``pi`` of those rows; dangling rows add ``(sum of their pi) * v``. Across
+    steps only ``q``, ``k``, ``m, den [H, T]`` and ``pi`` live: O(T) memory per
+    head for O(iters T^2 hd) work.
+
+    Args:
+      q: ``[B, H, T, hd]`` queries of every prompt token (after RoPE).
+      k: ``[B, Hkv, T, hd]`` keys of the same tokens; ``H`` a multiple of ``Hkv``.
+      v: ``[B, T]`` restart distributions (checked when concrete).
+      positions: ``[B, T]`` int token positions, -1 = padding.
+      scale: logit scale, ``hd ** -0.5`` by default (``lab.nn``'s).
+      alpha: damping, ``0 < alpha < 1``; iters: steps (the maximum with ``tol``).
+      tol: stop a graph once the L1 change of a step is below ``tol``.
+      graph: ``"group"`` (one graph per KV head) or ``"head"`` (one PageRank per
+        query head, then the mean of the scores over the group).
+      block: query rows per tile (a power of two).
+
+    Returns:
+      ``pi [B, Hkv, T]`` float32 (each sums to 1 when ``v`` does).
+    """
+    q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    return _attention_walk(q, k, v, positions, walk)
+
+
+def _norm_kernel(q_ref, k_ref, qpos_ref, kpos_ref, max_ref, den_ref, *, scale, block,
+                 n_blocks, groups):
+    """One query block of one graph: the softmax max and normaliser of each row and head
+    (flash attention's online recurrence over ``block x block`` key tiles)."""
+    qpos = qpos_ref[...]
+    for g in range(groups):
+        q = q_ref[g]
+
+        def keys(c, carry, q=q):
+            m, den = carry
+            cs = pl.ds(c * block, block)
+            kpos = kpos_ref[cs]
+            ok = (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+            s = _logits_hi(q, k_ref[cs, :], scale)
+            s = jnp.where(ok, s, NEG_INF)
+            m_new = jnp.maximum(m, jnp.max(s, axis=1))
+            p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
+            return m_new, den * jnp.exp(m - m_new) + jnp.sum(p, axis=1)
+
+        m, den = lax.fori_loop(0, n_blocks, keys, (jnp.full((block,), NEG_INF, jnp.float32),
+                                                   jnp.zeros((block,), jnp.float32)))
+        max_ref[g] = jnp.where(den > 0, m, 0.0)
+        den_ref[g] = jnp.where(den > 0, den, 1.0)
+
+
+def _flow_kernel(q_ref, k_ref, qpos_ref, kpos_ref, max_ref, den_ref, pi_ref, out_ref, *, scale,
+                 block, n_blocks, groups):
+    """One key block ``c`` of one graph: ``sum_i pi_i mean_g A_g[i, c]`` over every query
+    block (dangling rows have all-zero ``A`` rows; their mass is added outside)."""
+    k = k_ref[...]
+    kpos = kpos_ref[...]
+
+    def rows(r, acc):
+        rs = pl.ds(r * block, block)
+        qpos = qpos_ref[rs]
+        ok = (kpos[None, :] >= 0) & (kpos[None, :] <= qpos[:, None])
+        w = pi_ref[rs] / groups
+        for g in range(groups):
+            s = _logits_hi(q_ref[g, rs, :], k, scale)
+            e = jnp.exp(s - max_ref[g, rs][:, None]) / den_ref[g, rs][:, None]
+            acc = acc + jnp.sum(w[:, None] * jnp.where(ok, e, 0.0), axis=0)
+        return acc
+
+    out_ref[...] = lax.fori_loop(0, n_blocks, rows, jnp.zeros((block,), jnp.float32))
+
+
+def _logits_hi(q, k, scale):
+    """``q @ k.T * scale`` in full float32 (no TF32: the scores must match to 1e-6)."""
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), precision=lax.Precision.HIGHEST,
+                        preferred_element_type=jnp.float32)
+    return s * scale
+
+
+@functools.partial(jax.jit, static_argnames=("walk", "interpret"))
+def _attention_call(q, k, v, positions, walk: _Walk, interpret: bool):
+    b, h, t, hd = q.shape
+    hkv = k.shape[1]
+    qg, kg = _graph_heads(q, k, walk.graph)
+    bs = min(walk.block, max(16, 1 << (t - 1).bit_length()))
+    t_p = pl.cdiv(t, bs) * bs
+    nb = t_p // bs
+    qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, t_p)
+    hd_p = max(16, 1 << (hd - 1).bit_length())           # Triton tiles: power-of-two widths
+    qg = jnp.pad(qg, ((0, 0),) * 4 + ((0, hd_p - hd),))
+    kg = jnp.pad(kg, ((0, 0),) * 3 + ((0, hd_p - hd),))
+    n_graphs, groups = qg.shape[1], qg.shape[2]
+    params = None
+    if not interpret and platform() == "gpu":
+        from jax.experimental.pallas import triton as pltriton
+
+        params = pltriton.CompilerParams(num_warps=4, num_stages=2)
+    opts = dict(scale=walk.scale, block=bs, n_blocks=nb, groups=groups)
+    q_all = pl.BlockSpec((None, None, groups, t_p, hd_p), lambda i, j, c: (i, j, 0, 0, 0))
+    q_blk = pl.BlockSpec((None, None, groups, bs, hd_p), lambda i, j, c: (i, j, 0, c, 0))
+    k_all = pl.BlockSpec((None, None, t_p, hd_p), lambda i, j, c: (i, j, 0, 0))
+    k_blk = pl.BlockSpec((None, None, bs, hd_p), lambda i, j, c: (i, j, c, 0))
+    pos_all = pl.BlockSpec((None, t_p), lambda i, j, c: (i, 0))
+    pos_blk = pl.BlockSpec((None, bs), lambda i, j, c: (i, c))
+    norm_all = pl.BlockSpec((None, None, groups, t_p), lambda i, j, c: (i, j, 0, 0))
+    norm_blk = pl.BlockSpec((None, None, groups, bs), lambda i, j, c: (i, j, 0, c))
+    grid = (b, n_graphs, nb)
+    m, den = pl.pallas_call(
+        functools.partial(_norm_kernel, **opts), grid=grid,
+        in_specs=[q_blk, k_all, pos_blk, pos_all], out_specs=[norm_blk, norm_blk],
+        out_shape=[jax.ShapeDtypeStruct((b, n_graphs, groups, t_p), jnp.float32)] * 2,
+        compiler_params=params, interpret=interpret, name="lab_attention_softmax_stats",
+    )(qg, kg, pos, pos)
+    flow = pl.pallas_call(
+        functools.partial(_flow_kernel, **opts), grid=grid,
+        in_specs=[q_all, k_blk, pos_all, pos_blk, norm_all, norm_all,
+                  pl.BlockSpec((None, None, t_p), lambda i, j, c: (i, j, 0))],
+        out_specs=pl.BlockSpec((None, None, bs), lambda i, j, c: (i, j, c)),
+        out_shape=jax.ShapeDtypeStruct((b, n_graphs, t_p), jnp.float32),
+        compiler_params=params, interpret=interpret, name="lab_attention_pagerank_step",
+    )
+    u = jnp.broadcast_to(u[:, None], (b, n_graphs, t_p))
+    dangling = (pos < 0)[:, None]
+
+    def step(pi):
+        lost = jnp.sum(jnp.where(dangling, pi, 0.0), axis=-1, keepdims=True)
+        return (1 - walk.alpha) * u + walk.alpha * (flow(qg, kg, pos, pos, m, den, pi) + lost * u)
+
+    if walk.tol is None:
+        pi = lax.fori_loop(0, walk.iters, lambda _, x: step(x), u)
+    else:  # each graph stops on its own, as the reference's vmapped while_loop
+        def body(c):
+            it, x, delta = c
+            new = step(x)
+            live = delta >= walk.tol
+            change = jnp.sum(jnp.abs(new - x), axis=-1)
+            return it + 1, jnp.where(live[..., None], new, x), jnp.where(live, change, delta)
+
+        cond = lambda c: (c[0] < walk.iters) & jnp.any(c[2] >= walk.tol)
+        init = (0, u, jnp.full((b, n_graphs), jnp.inf, jnp.float32))
+        pi = lax.while_loop(cond, body, init)[1]
+    return _finish(pi, t, h, hkv, walk.graph)
+
+
+def attention_pagerank_kernel(q, k, v, *, positions, scale: float | None = None,
+                              alpha: float = 0.85, iters: int = 50, tol: float | None = None,
+                              graph: str = "group", block: int = 64, interpret: bool = False):
+    """:func:`attention_pagerank_reference` with its two blocked passes as Pallas kernels.
+
+    ``lab_attention_softmax_stats`` (grid ``B x graphs x query blocks``) writes
+    each query row's softmax max and normaliser by an online softmax over
+    ``block x block`` key tiles (flash attention's recurrence).
+    ``lab_attention_pagerank_step`` (grid ``B x graphs x key blocks``, one launch
+    per power step) gives each key block ``c`` its inflow
+    ``sum_i pi_i mean_g A_g[i, c]``, recomputing the tiles
+    ``exp(q[r] k[c]^T * scale - max[r]) / den[r]`` (masked) over every query
+    block ``r``; the step's restart and dangling terms, and the per-graph
+    ``tol`` stop, are jnp around it. Only ``block x block`` tiles exist; ``T``
+    is padded to a block multiple (block clipped to ``max(16, next_pow2(T))``)
+    and ``hd`` to a power of two. Graphs are ``B x Hkv`` (``group``) or
+    ``B x H`` (``head``).
+    """
+    q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    return _attention_call(q, k, v, positions, walk, interpret)
+
+
+def attention_pagerank(q, k, v, *, positions, scale: float | None = None, alpha: float = 0.85,
+                       iters: int = 50, tol: float | None = None, graph: str = "group",
+                       impl: str | None = None):
+    """Dispatching entry point: :func:`attention_pagerank_kernel` or its jnp reference.
+
+    ``impl`` as :func:`personalized_pagerank` (compiled Pallas on GPU/TPU, the
+    reference on CPU). Result: ``pi [B, Hkv, T]``, equal to
+    ``lab.methods.prkv.prkv_scores`` on this layer's materialised attention.
+    """
+    fn, _ = select(attention_pagerank_kernel, attention_pagerank_reference, impl)
+    return fn(q, k, v, positions=positions, scale=scale, alpha=alpha, iters=iters, tol=tol,
+              graph=graph)
