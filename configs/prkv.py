@@ -65,6 +65,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.n_per_task = 64
     c.eval.batch_size = 32              # prompts per generate call (greedy: each row its own)
+    # The first batch's first prompts on which kept bytes, scoring time and compiled memory
+    # are measured (per batch of this size).
+    c.eval.cost_batch_size = 16
     c.eval.max_new_tokens = 40
     c.eval.policies = list(POLICIES)
     c.eval.ratios = [0.0, 0.25, 0.5, 0.75, 0.9]
@@ -121,6 +124,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.tasks.n_needles = 2
         c.eval.n_per_task = 2
         c.eval.batch_size = 2
+        c.eval.cost_batch_size = 2
         c.eval.max_new_tokens = 8
         c.eval.ratios = [0.0, 0.75]
         c.eval.policies = ["full", "streaming_llm", "snapkv", "prkv"]

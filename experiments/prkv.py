@@ -58,6 +58,8 @@ def check_config(config):
         "eval.ratios": (lambda v: len(v) > 0 and all(0 <= r < 1 for r in v) and 0.0 in v,
                         "ratios in [0, 1), including 0"),
         "eval.n_per_task": pos, "eval.batch_size": pos, "eval.max_new_tokens": pos,
+        "eval.cost_batch_size": (lambda v: isinstance(v, int) and 0 < v <= config.eval.batch_size,
+                                 "an int in [1, eval.batch_size]"),
         "eval.window": pos, "eval.timing_repeats": pos,
         "prkv.alpha": (alpha, "0 <= alpha < 1"),
         "prkv.iters": pos,
@@ -455,9 +457,10 @@ def run(config, workdir: str) -> dict:
                     same = [a == b for a, b in zip(texts, full[1], strict=True)]
                     agree.setdefault(p, {}).setdefault(str(r), []).extend(same[:take])
             if b_i == 0:
-                costs[task] = cache_costs(model, x, lengths, fns, ratios, config)
+                cx, cl = x[:e.cost_batch_size], lengths[:e.cost_batch_size]
+                costs[task] = cache_costs(model, cx, cl, fns, ratios, config)
                 if not memory:
-                    memory = memory_costs(model, tok, x, lengths, list(e.policies), ratios,
+                    memory = memory_costs(model, tok, cx, cl, list(e.policies), ratios,
                                           config)
             logging.info("prkv: %s batch %d/%d done (%.0fs)", task, b_i + 1, len(idx),
                          time.time() - t0)
@@ -522,14 +525,14 @@ def _report(acc, agreement, costs, memory, ablation, info, ratios, config) -> st
               for p, row in tc["policies"].items()]
         lines += [f"### KV bytes kept per example and scoring time: {task}",
                   f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch of "
-                  f"{config.eval.batch_size} prompts; the forward "
+                  f"{config.eval.cost_batch_size} prompts; the forward "
                   f"capturing every statistic (attention probabilities included) "
                   f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
     first = next(iter(costs))
     mem_rows = [{"policy": p, **{f"r={r:g}": row.get(str(r)) for r in ratios}}
                 for p, row in memory.items()]
     lines += [f"### Device memory of the compiled generate program (bytes, {first}, one batch "
-              f"of {config.eval.batch_size} prompts)",
+              f"of {config.eval.cost_batch_size} prompts)",
               "XLA's buffer assignment (`lab.infer.generate_memory`): weights, prompts, outputs "
               "and temporaries, the prompt's full cache during prefill and the policy's "
               "statistics included; the decode cache holds what the policy kept.",

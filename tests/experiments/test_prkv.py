@@ -173,6 +173,10 @@ def test_config_validation_names_the_key():
     config.prkv.graph = "layer"
     with pytest.raises(ValueError, match="prkv.graph='layer'"):
         exp.check_config(config)
+    config = get_config("test")
+    config.eval.cost_batch_size = config.eval.batch_size + 1
+    with pytest.raises(ValueError, match=r"eval.cost_batch_size=3.*\[1, eval.batch_size\]"):
+        exp.check_config(config)
     assert np.isclose(get_config("default").prkv.alpha, 0.85)
 
 
