@@ -104,6 +104,27 @@ def test_claim_rules_on_fabricated_results():
     assert failed["kept policies with strictly decreasing bytes"]["measured"] == "2/4"
     assert not failed["PRKV's PRKV scoring time / prefill forward time"]["holds"]
     assert failed["PRKV mean exact match on variable_tracking"]["holds"]  # unchanged: 0.6 > 0.5
+    # agreement: PRKV (0.6 + 0.55) / 0.9 / 2 = 0.639 vs SnapKV's 0.667, more than the margin
+    agree = failed["PRKV mean agreement with the full-cache generation"]
+    assert not agree["holds"] and agree["measured"]["prkv"] == pytest.approx(1.15 / 1.8)
+
+
+def test_ablation_claim_on_fabricated_results():
+    """Multi-hop (the largest alpha) must keep more than near one-hop (the smallest), at the
+    claim ratios, for the configured kernel."""
+    config = get_config("test")                      # alphas 0.5, 0.85; kernel 3; ratio 0.75
+
+    def ablation(hi, lo):
+        return {"task": "variable_tracking", "full": 0.9, "variants": {
+            exp.ablation_name(0.85, 3): {"0.75": hi}, exp.ablation_name(0.5, 3): {"0.75": lo},
+            exp.ablation_name(0.85, 1): {"0.75": 0.0}, exp.ablation_name(0.5, 1): {"0.75": 1.0}}}
+
+    (held,) = exp._ablation_claims(ablation(0.6, 0.4), config)
+    assert held["holds"] and held["measured"] == {"alpha=0.85": 0.6, "alpha=0.5": 0.4,
+                                                  "full cache": 0.9}
+    (failed,) = exp._ablation_claims(ablation(0.4, 0.4), config)   # equal is not "more"
+    assert not failed["holds"]
+    assert exp._ablation_claims(None, config) == []
 
 
 def test_regime_is_a_band_of_full_cache_exact_match():

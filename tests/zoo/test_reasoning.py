@@ -185,21 +185,22 @@ def test_the_cot_family_is_named_with_growing_sizes_and_a_regime():
         assert s.data["tasks"]["arithmetic"]["digits"] == 2
 
 
-# cot-m's measured miss (docs/zoo.md): its hardest level is 0.61, over the 0.6 bound; strict,
-# so a cot-m retrained into the regime turns this into a failure to remove the mark.
-_COT_M_MISS = pytest.mark.xfail(strict=True, reason="measured miss: cot-m's hardest level is "
-                                "0.61 > 0.6 (docs/zoo.md)")
+# The measured misses (docs/zoo.md): cot-m's hardest level is 0.61, over the 0.6 bound. The
+# regime record must report exactly these; a retrained model that meets its regime, or one
+# that breaks another check, fails here until this table says so.
+KNOWN_MISSES = {"cot-m": {"hardest"}}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n if n != "cot-m" else pytest.param(n, marks=_COT_M_MISS)
-                                  for n in COT])
-def test_cot_models_are_in_the_regime(name):
-    """Each cot model (shipped, else cached, else trained: minutes on two cores) meets the
-    regime bounds held out."""
+@pytest.mark.parametrize("name", COT)
+def test_cot_models_are_in_the_regime_but_for_the_recorded_misses(name):
+    """Each cot model (shipped, else cached, else trained: minutes on two cores) meets every
+    regime bound held out, except the misses recorded above, which its regime reports."""
     block = zoo.regime(name)
     summary = {d: round(v["accuracy"], 3) for d, v in block["by_difficulty"].items()}
-    assert block["checks"]["ok"], f"{name}: {block['checks']} {summary} {block['overall']}"
+    failed = {k for k, v in block["checks"].items() if k != "ok" and not v}
+    assert failed == KNOWN_MISSES.get(name, set()), f"{name}: {block['checks']} {summary}"
+    assert block["checks"]["ok"] == (not failed)
 
 
 @pytest.mark.slow
