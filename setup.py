@@ -34,8 +34,11 @@ setup(
     ],
     extras_require={
         # torch is pinned to the CPU wheel on disk; any other spec pulls a multi-GB CUDA build.
+        # kvpress (the KV-policy parity test) pins transformers<5.3, so the README installs
+        # it with --no-deps; requests, cachetools and fire are what its import needs.
         "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
-                 "blackjax", "scikit-learn", "nbclient", "ipykernel"],
+                 "blackjax", "scikit-learn", "nbclient", "ipykernel",
+                 "requests", "cachetools", "fire"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
         "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],

@@ -70,7 +70,8 @@ def _compress(layers, length, next_position, queries, qpos, budget, eviction: Ev
     stats = policies_lib.Stats(lengths=next_position, queries=queries, query_positions=qpos)
     if "attn_colsum" in needs:
         stats = stats._replace(
-            attn_colsum=policies_lib.window_attention(cache, stats).sum(axis=3))
+            attn_colsum=policies_lib.window_attention(cache, stats).sum(axis=3),
+            query_start=policies_lib.first_position(qpos, next_position))
     if "queries" not in needs:
         stats = stats._replace(queries=None, query_positions=None)
     cache = eviction.policy(cache, stats, budget, **dict(eviction.kwargs))

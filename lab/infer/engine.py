@@ -257,7 +257,8 @@ def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, 
             lengths=new.next_position,
             attn_colsum=inter.attn_colsum if "attn_colsum" in want else None,
             queries=queries, query_positions=qpos,
-            attn=inter.attn if "attn" in want else None)
+            attn=inter.attn if "attn" in want else None,
+            query_start=policies_lib.first_position(positions, new.next_position))
     if eviction.policy is not None:
         new = eviction.policy(new, out, budget, **dict(eviction.kwargs))
     new = policies_lib.resize(new, eviction.capacity)

@@ -15,10 +15,12 @@ jit, from the statistics prefill captured (:class:`lab.infer.policies.Stats`):
   the prefix before the window, averaged over the window, 1-D average pooling
   with kernel 5 (zero padding counted), averaged over the query heads of a GQA
   group; the window is always kept (kvpress ``SnapKVPress``);
-* ``h2o``     -- attention summed over every prompt query (kvpress
-  ``ObservedAttentionPress``), averaged over the group, plus H2O's recent
-  window (Zhang et al., 2023): the last ``round(budget * recent_fraction)``
-  tokens are always kept.
+* ``h2o``     -- attention summed over every prompt query and divided by the
+  number of queries that see the key (kvpress ``ObservedAttentionPress``: the
+  mean attention a key receives, so early keys are not favoured by having more
+  queries), averaged over the group, plus H2O's recent window (Zhang et al.,
+  2023): the last ``round(budget * recent_fraction)`` tokens are always kept
+  (``recent_fraction=0`` is kvpress's press itself).
 
 H2O accumulates attention while decoding because it evicts at every step; here
 every policy evicts once, at the end of prefill, and decoding then appends to
@@ -126,14 +128,23 @@ def snapkv(cache: KVCache, stats: Stats, budget, *, kernel_size: int = 5) -> KVC
 def h2o(cache: KVCache, stats: Stats, budget, *, recent_fraction: float = 0.5) -> KVCache:
     """H2O (Zhang et al., 2023) as kvpress's ``ObservedAttentionPress`` plus a recent window.
 
-    Score = attention summed over every prompt query (``Stats.attn_colsum``),
-    averaged over the KV group's query heads; the last
-    ``round(budget * recent_fraction)`` prompt tokens of each row are always
-    kept (H2O's split of the budget between heavy hitters and recent tokens).
+    Score of the key at position ``p`` = its attention summed over the prompt's
+    queries (``Stats.attn_colsum``) divided by how many of them see it,
+    ``lengths - max(p, query_start)`` (kvpress: ``attentions.sum(2) /
+    arange(n_tokens, 0, -1)``), averaged over the KV group's query heads; the last
+    ``round(budget * recent_fraction)`` prompt tokens of each row are always kept
+    (H2O's split of the budget between heavy hitters and recent tokens).
     """
     if not 0.0 <= recent_fraction <= 1.0:
         raise ValueError(f"recent_fraction={recent_fraction!r}; expected a number in [0, 1]")
-    scores = _group_mean(stats.attn_colsum, cache.keys.shape[2])
+    start = (jnp.zeros_like(stats.lengths) if stats.query_start is None
+             else stats.query_start)[None, :, None, None]
+    # Slots hold different positions per KV head once a cache has been compressed.
+    seen = stats.lengths[None, :, None, None] - jnp.maximum(cache.positions, start)
+    n_layers, b, h, c = stats.attn_colsum.shape
+    n_kv = cache.keys.shape[2]
+    colsum = stats.attn_colsum.reshape(n_layers, b, n_kv, h // n_kv, c)
+    scores = (colsum / jnp.maximum(seen, 1)[:, :, :, None].astype(jnp.float32)).mean(3)
     b = jnp.broadcast_to(jnp.asarray(budget, jnp.int32), stats.lengths.shape)
     recent = jnp.round(b * recent_fraction).astype(jnp.int32)
     return compact(cache, protect(scores, cache, stats.lengths, n_recent=recent), budget)

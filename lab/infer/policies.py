@@ -51,6 +51,11 @@ class Stats(NamedTuple):
                      is shorter than ``W``).
     attn:            ``[L, B, H, T, C]`` float32 attention probabilities of every
                      prompt query (only when asked: it is ``O(T^2)``; PRKV's graph).
+    query_start:     ``[B]`` int32 position of the first query summed into
+                     ``attn_colsum`` (its queries are positions ``query_start ..
+                     lengths - 1``; None: 0, a prompt on an empty cache), so a key
+                     at position ``p`` is seen by ``lengths - max(p, query_start)``
+                     of them (H2O's normaliser).
 
     Keys (after RoPE) and values are in the cache itself; see :func:`window_attention`.
     """
@@ -60,6 +65,13 @@ class Stats(NamedTuple):
     queries: jax.Array | None = None
     query_positions: jax.Array | None = None
     attn: jax.Array | None = None
+    query_start: jax.Array | None = None
+
+
+def first_position(positions: jax.Array, end: jax.Array) -> jax.Array:
+    """``[B]`` int32: each row's smallest valid (``>= 0``) position of ``positions``
+    ``[B, T]``, or ``end[b]`` for a row with none (:attr:`Stats.query_start`)."""
+    return jnp.min(jnp.where(positions >= 0, positions, end[:, None]), axis=1).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,8 +106,19 @@ def test_h2o_keeps_heavy_hitters_and_the_recent_half():
     stats = Stats(lengths=cache.length, attn_colsum=jnp.asarray(colsum))
     out = run(kvpress.h2o, cache, stats, 4)                # 2 recent + 2 heavy
     assert kept(out) == [[1, 4, 10, 11]]
+    # Without the recent window: the mean attention per query that sees the key
+    # (kvpress ObservedAttentionPress): slot 11's 0.1 from its one query beats slot 0's
+    # 0.1 from 12 queries, which the raw column sum would tie at the earlier slot.
     out = run(kvpress.h2o, cache, stats, 4, recent_fraction=0.0)
-    assert kept(out) == [[0, 1, 4, 10]]                    # heaviest 3, then slot 0 of a tie
+    assert kept(out) == [[1, 4, 10, 11]]
+    # Queries from position 8 on (decoding since the last compression): keys before 8
+    # are seen by all 4 of them, so slot 1's 3.0 (0.75 a query) beats slot 11's 0.6
+    # from its one query; counted from position 0 it would not (3.0 / 11 < 0.6).
+    colsum[..., 11] = 0.6
+    stats = stats._replace(attn_colsum=jnp.asarray(colsum))
+    assert kept(run(kvpress.h2o, cache, stats, 3, recent_fraction=0.0)) == [[4, 10, 11]]
+    late = stats._replace(query_start=jnp.array([8], jnp.int32))
+    assert kept(run(kvpress.h2o, cache, late, 3, recent_fraction=0.0)) == [[1, 4, 10]]
     with pytest.raises(ValueError, match="recent_fraction"):
         kvpress.h2o(cache, stats, jnp.array([4]), recent_fraction=1.5)
 
