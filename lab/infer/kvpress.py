@@ -22,11 +22,11 @@ jit, from the statistics prefill captured (:class:`lab.infer.policies.Stats`):
   2023): the last ``round(budget * recent_fraction)`` tokens are always kept
   (``recent_fraction=0`` is kvpress's press itself).
 
-H2O accumulates attention while decoding because it evicts at every step; here
-every policy evicts once, at the end of prefill, and decoding then appends to
-the compressed cache without further eviction, so the accumulated statistic at
-eviction time is exactly the sum over the prompt's queries (kvpress evaluates
-every press this way).
+Every policy evicts at the end of prefill, scoring with the prompt's queries
+(kvpress evaluates every press this way); with ``compress_every`` it evicts again
+every few generated tokens, scoring with the queries generated since the last
+compression (kvpress's ``DecodingPress``), so H2O's statistic is then the
+attention of those queries.
 
 ``streaming_llm`` and ``full`` live in :mod:`lab.infer.policies`.
 """
