@@ -109,7 +109,7 @@ class _Plan(NamedTuple):
 
 
 def _budgets(lengths, ratio, budget, context, compress_every) -> np.ndarray:
-    """Entries kept per KV head of each row: kvpress's ``int(T * (1 - ratio))``, or
+    """Entries kept per KV head of each row: kvpress's ``max(1, int(T * (1 - ratio)))``, or
     ``min(budget, T)`` for an absolute ``budget`` (``lengths``: the tokens each row's
     cache holds after the chunk; ``context``: the most it can ever hold)."""
     if budget is None:

@@ -3,7 +3,7 @@
 Each scorer follows the press of the same name in NVIDIA's kvpress
 (https://github.com/NVIDIA/kvpress, ``kvpress/presses/*_press.py``): it gives
 every cached entry a score per (layer, batch row, KV head) and
-:func:`lab.infer.policies.compact` keeps the ``budget = int(T * (1 - ratio))``
+:func:`lab.infer.policies.compact` keeps the ``budget = max(1, int(T * (1 - ratio)))``
 best per KV head. Scores are computed at the end of prefill, inside the same
 jit, from the statistics prefill captured (:class:`lab.infer.policies.Stats`):
 

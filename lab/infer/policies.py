@@ -4,7 +4,7 @@ A policy runs at the end of prefill (inside the same jit), and with
 ``compress_every`` every few decoding steps too, the way
 NVIDIA's kvpress applies a "press" (https://github.com/NVIDIA/kvpress): every
 scoring method assigns a score to each cached entry per (layer, batch row, KV
-head) and keeps the ``budget`` best, ``budget = int(T * (1 - ratio))`` per row
+head) and keeps the ``budget`` best, ``budget = max(1, int(T * (1 - ratio)))`` per row
 for a prompt of ``T`` tokens (kvpress's rule). Decoding then continues on the
 compressed cache; rotary phases survive because keys are stored after RoPE and
 the original positions are kept beside them.
@@ -166,14 +166,15 @@ def names() -> tuple[str, ...]:
 
 
 def budgets(lengths, ratio: float):
-    """kvpress's rule, per row: ``int(T * (1 - ratio))`` entries kept per KV head.
+    """kvpress's rule, per row: ``max(1, int(T * (1 - ratio)))`` entries kept per KV head
+    (kvpress's ``compute_n_kept``: a short row keeps at least one entry), 0 for an empty row.
 
     Computed in Python floats on host lengths so it matches kvpress exactly.
     Raises ValueError for a ratio outside ``[0, 1)``.
     """
     if not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) < 1.0:
         raise ValueError(f"ratio={ratio!r}; expected a compression ratio in [0, 1)")
-    return [int(int(t) * (1.0 - float(ratio))) for t in lengths]
+    return [min(int(t), max(1, int(int(t) * (1.0 - float(ratio))))) for t in lengths]
 
 
 def compact(cache: KVCache, scores: jax.Array, budget) -> KVCache:

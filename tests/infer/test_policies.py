@@ -135,6 +135,8 @@ def test_registry_rules():
     with pytest.raises(ValueError, match="unknown cache policy 'nope'; known policies: .*full"):
         policies.get("nope")
     assert policies.budgets([10, 7, 3], 0.5) == [5, 3, 1]
+    # kvpress's compute_n_kept keeps at least one entry of a non-empty row.
+    assert policies.budgets([10, 7, 3, 0], 0.9) == [1, 1, 1, 0]
 
 
 def test_generate_memory_falls_with_the_ratio_and_counts_the_cache(model):
