@@ -78,7 +78,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.batch_size = 8 if test else 32      # prompts per generate call
 
     # Rounds vs N on the real LM: each N calibrated on its own (real_n reuses the main run's).
-    c.real_ns = [3, 4] if test else [8, 16, 24, 32]
+    c.real_ns = [3, 4] if test else ([8, 16, 32, 64] if paper else [8, 16, 24, 32])
     c.sweep = ml_collections.ConfigDict()
     c.sweep.n_calib = 2 if test else 12   # calibration prompts per position
     c.sweep.n_eval = 4 if test else 48    # problems per N
