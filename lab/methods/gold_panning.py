@@ -41,13 +41,16 @@ Baselines (same ``query`` interface): one pass in the given order
 (:func:`single_pass`); Permutation Self-Consistency (Tang et al. 2023,
 "Found in the Middle"): shuffle ``m`` times and aggregate the answers by
 vote (:func:`psc`; with one flagged document per answer, Kemeny aggregation
-of the top-1 is the plurality vote); uncertainty sampling: the same Bayes
-update but the most *uncertain* documents (largest ``b(1-b)``) go to the
-diagnostic slots, so a flagged document is moved away once it leads
-(``rule="uncertainty"``; since ``b(1-b)`` still ranks a leader first until its
-belief exceeds one minus the others', it coincides with anchoring in most
-rounds, which the experiment shows); ``rule="random"`` shuffles each round
-(Bayes without ordering).
+of the top-1 is the plurality vote); uncertainty reduction (active learning,
+Lindley 1956, "On a measure of the information provided by an experiment";
+MacKay 1992, "Information-based objective functions for active data
+selection"): the same Bayes update, but each round's ordering is the one that
+maximises the expected information gain about the gold document,
+``I(G; Y | order) = H(Y) - sum_i b_i H(Y | G = i)`` under the categorical
+likelihood of (4) (:func:`expected_information_gain`), found by hill climbing
+over slot swaps from the anchoring order (``rule="info_gain"``,
+:func:`info_gain_orders`); ``rule="random"`` shuffles each round (Bayes
+without ordering).
 
 A ``query(rows, orders) -> observed`` callable is the only access to the
 model: ``rows`` [B'] indexes the problems still searching, ``orders``
@@ -59,13 +62,14 @@ model with a known profile.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 from scipy.special import logsumexp
 
-RULES = ("anchor", "uncertainty", "random")
+RULES = ("anchor", "info_gain", "random")
 Query = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -176,6 +180,17 @@ def _false_follow_scale(tpr_gold, others):
     return np.minimum(1.0, (1 - tpr_gold) / np.maximum(others, 1e-300))
 
 
+def _likelihood_parts(pos_of_doc, tpr, fpr):
+    """Per document i (at slot ``pos_of_doc[..., i]``) under "i is gold": ``TPR(p_i)``, the
+    false-follow scale ``s_i`` and the no-document probability (floored at ``min(FPR)``)
+    of :func:`update`'s likelihood."""
+    t = tpr[pos_of_doc]
+    others = fpr.sum() - fpr[pos_of_doc]               # false-follow mass of the other slots
+    scale = _false_follow_scale(t, others)
+    none = np.maximum(1 - t - scale * others, fpr.min())
+    return t, scale, none
+
+
 def update(log_belief: np.ndarray, orders: np.ndarray, observed: np.ndarray, tpr: np.ndarray,
            fpr: np.ndarray) -> np.ndarray:
     """Bayes' rule for one query per row; returns the normalised log posterior [B, N].
@@ -192,32 +207,84 @@ def update(log_belief: np.ndarray, orders: np.ndarray, observed: np.ndarray, tpr
     """
     observed = np.asarray(observed)[:, None]
     pos_of_doc = np.argsort(orders, axis=1)            # inverse permutation
-    t = tpr[pos_of_doc]
-    others = fpr.sum() - fpr[pos_of_doc]               # false-follow mass of the other slots
-    scale = _false_follow_scale(t, others)
+    t, scale, none = _likelihood_parts(pos_of_doc, tpr, fpr)
     followed_other = scale * fpr[np.maximum(observed, 0)]
-    none = np.maximum(1 - t - scale * others, fpr.min())
     lik = np.where(pos_of_doc == observed, t, np.where(observed >= 0, followed_other, none))
     post = log_belief + np.log(lik)
     return post - logsumexp(post, axis=1, keepdims=True)
+
+
+def _xlogx(x):
+    return np.where(x > 0, x * np.log(np.maximum(x, 1e-300)), 0.0)
+
+
+def expected_information_gain(belief: np.ndarray, pos_of_doc: np.ndarray, tpr: np.ndarray,
+                              fpr: np.ndarray) -> np.ndarray:
+    """``I(G; Y) = H(Y) - sum_i b_i H(Y | G = i)`` in nats, per row [B].
+
+    ``belief`` [B, N] over documents, ``pos_of_doc`` [B, N] each document's slot,
+    ``Y`` the followed slot (or none) under :func:`update`'s likelihood: with ``S =
+    sum_i b_i s_i``, ``P(Y = p_j) = b_j TPR(p_j) + FPR(p_j) (S - b_j s_j)`` and
+    ``P(none) = sum_i b_i none_i``; ``H(Y | G = i)`` sums ``t log t``, the other slots'
+    ``s_i FPR(q) log(s_i FPR(q))`` (in closed form from ``sum FPR`` and ``sum FPR log FPR``)
+    and ``none log none``. O(N) per row.
+    """
+    t, s, none = _likelihood_parts(pos_of_doc, tpr, fpr)
+    f = fpr[pos_of_doc]
+    big_s = (belief * s).sum(1, keepdims=True)
+    p_slot = belief * t + f * (big_s - belief * s)
+    p_none = (belief * none).sum(1)
+    h_y = -(_xlogx(p_slot).sum(1) + _xlogx(p_none))
+    f_sum, g_sum = fpr.sum(), _xlogx(fpr).sum()
+    rest = _xlogx(s) * (f_sum - f) + s * (g_sum - _xlogx(f))
+    h_given = -(_xlogx(t) + rest + _xlogx(none))
+    return h_y - (belief * h_given).sum(1)
+
+
+def info_gain_orders(log_belief: np.ndarray, start: np.ndarray, tpr: np.ndarray,
+                     fpr: np.ndarray, rng: np.random.Generator, swaps: int) -> np.ndarray:
+    """Orders [B, N] that (locally) maximise :func:`expected_information_gain`.
+
+    Hill climbing from ``start`` [B, N]: ``swaps`` times, every row proposes
+    exchanging the documents of two random slots and keeps the exchange when the
+    expected information gain rises. A local optimum, not the maximum over all N!
+    orders.
+    """
+    belief = np.exp(log_belief)
+    b, n = start.shape
+    orders = start.copy()
+    pos = np.argsort(orders, axis=1)
+    best = expected_information_gain(belief, pos, tpr, fpr)
+    rows = np.arange(b)
+    for _ in range(swaps):
+        a = rng.integers(0, n, b)
+        c = (a + rng.integers(1, n, b)) % n                  # another slot
+        da, dc = orders[rows, a], orders[rows, c]
+        cand = pos.copy()
+        cand[rows, da], cand[rows, dc] = c, a
+        gain = expected_information_gain(belief, cand, tpr, fpr)
+        take = gain > best + 1e-12
+        r = rows[take]
+        orders[r, a[take]], orders[r, c[take]] = dc[take], da[take]
+        pos[take] = cand[take]
+        best = np.where(take, gain, best)
+    return orders
 
 
 def assign(log_belief: np.ndarray, diag: np.ndarray, rng: np.random.Generator,
            rule: str) -> np.ndarray:
     """Orders [B, N] for the next round: ``orders[b, p]`` = document placed at position p.
 
-    ``"anchor"`` (signal anchoring): documents by belief (highest first) onto
-    positions by diagnosticity (highest first); ``"uncertainty"``: by
-    ``b(1-b)`` instead of belief; ``"random"``: a uniform shuffle. Ties are
-    broken at random (``rng``).
+    ``"anchor"`` (signal anchoring; also the start of ``"info_gain"``'s search, see
+    :func:`info_gain_orders`): documents by belief (highest first) onto positions by
+    diagnosticity (highest first); ``"random"``: a uniform shuffle. Ties are broken at
+    random (``rng``).
     """
     b, n = log_belief.shape
     if rule == "random":
         return np.argsort(rng.random((b, n)), axis=1)
-    p = np.exp(log_belief)
-    score = p if rule == "anchor" else p * (1 - p)
-    docs = np.lexsort((rng.random((b, n)), -score), axis=1)   # best document first
-    slots = np.argsort(-np.asarray(diag), kind="stable")      # most diagnostic position first
+    docs = np.lexsort((rng.random((b, n)), -log_belief), axis=1)   # best document first
+    slots = np.argsort(-np.asarray(diag), kind="stable")          # most diagnostic position first
     orders = np.empty((b, n), np.int64)
     orders[:, slots] = docs
     return orders
@@ -258,12 +325,13 @@ def _check_observed(obs, m: int, n: int) -> np.ndarray:
 
 def search(query: Query, n_docs: int, n_problems: int, profile: Profile, *,
            threshold: float = 0.9, budget: int = 16, rule: str = "anchor",
-           seed: int = 0) -> SearchResult:
+           seed: int = 0, swaps: int | None = None) -> SearchResult:
     """GOLD PANNING on ``n_problems`` searches at once; returns a :class:`SearchResult`.
 
     ``profile`` must have ``n_docs`` positions with rates strictly inside
     (0, 1) (see :func:`clip_profile`). Each round the rows still searching get
-    orders from :func:`assign`, one ``query`` call, and a :func:`update`.
+    orders from :func:`assign` (``"info_gain"``: then :func:`info_gain_orders` with
+    ``swaps`` proposals, default ``4 N``), one ``query`` call, and a :func:`update`.
     """
     n, b, budget = _check_common(n_docs, n_problems, budget)
     threshold = check_probability(threshold, "threshold", open_interval=True)
@@ -276,6 +344,9 @@ def search(query: Query, n_docs: int, n_problems: int, profile: Profile, *,
         raise ValueError("profile rates must lie strictly inside (0, 1); use clip_profile")
     tpr, fpr = np.asarray(profile.tpr), np.asarray(profile.fpr)
     diag = diagnosticity(profile)
+    swaps = 4 * n if swaps is None else swaps
+    if not isinstance(swaps, (int, np.integer)) or isinstance(swaps, bool) or swaps < 0:
+        raise ValueError(f"swaps={swaps!r}; expected an int >= 0 (info_gain's proposals)")
     log_b = np.full((b, n), -np.log(n))
     rng = np.random.default_rng(seed)
     queries = np.zeros(b, np.int64)
@@ -287,6 +358,8 @@ def search(query: Query, n_docs: int, n_problems: int, profile: Profile, *,
             traj[:, q:] = traj[:, q - 1:q]
             break
         orders = assign(log_b[rows], diag, rng, rule)
+        if rule == "info_gain":
+            orders = info_gain_orders(log_b[rows], orders, tpr, fpr, rng, swaps)
         obs = _check_observed(query(rows, orders), rows.size, n)
         log_b[rows] = update(log_b[rows], orders, obs, tpr, fpr)
         queries[rows] += 1
@@ -370,3 +443,25 @@ def f1(prediction: np.ndarray, gold: np.ndarray) -> float:
         return 0.0
     p, r = correct / named, correct / len(gold)
     return 2 * p * r / (p + r)
+
+
+def answer_f1(predicted, gold) -> float:
+    """Mean SQuAD token F1 (Rajpurkar et al. 2016) of answer strings, with characters as
+    tokens (the answers here are single numbers, whose word-level F1 is exact match);
+    ``None`` (abstain) scores 0.
+
+    F1 of one answer = 2 P R / (P + R) over the multiset overlap of characters, P = overlap
+    / len(predicted), R = overlap / len(gold).
+    """
+    if len(predicted) != len(gold) or not len(gold):
+        raise ValueError(f"predicted has {len(predicted)} answers and gold {len(gold)}; "
+                         "expected the same non-zero count")
+    total = 0.0
+    for p, g in zip(predicted, gold, strict=True):
+        if not p or not g:
+            continue
+        common = sum((Counter(p) & Counter(g)).values())
+        if common:
+            prec, rec = common / len(p), common / len(g)
+            total += 2 * prec * rec / (prec + rec)
+    return total / len(gold)
