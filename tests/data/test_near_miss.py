@@ -48,3 +48,23 @@ def test_gold_position_pins_the_gold_and_seed_fixes_the_data():
 def test_bad_arguments_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         kv_near_miss(2, **kwargs)
+
+
+def test_shortcuts_stay_near_chance():
+    # Without reading the whole key: the first / last document, a uniformly favoured slot,
+    # or the first document whose key starts like the asked one (the near misses share the
+    # first letter) all stay near chance; only the exact key finds the gold document.
+    n, n_docs, n_near, margin = 400, 8, 3, 0.06
+    ds = kv_near_miss(n, seed=0, n_docs=n_docs, n_near=n_near, keep_prefix=1)
+    rate = lambda flags: sum(flags) / n  # noqa: E731
+    positions = [sum(r["gold_doc"] == p for r in ds) / n for p in range(n_docs)]
+    assert max(positions) <= 1 / n_docs + margin
+    first = [r["gold_doc"] == 0 for r in ds]
+    last = [r["gold_doc"] == n_docs - 1 for r in ds]
+    assert rate(first) <= 1 / n_docs + margin and rate(last) <= 1 / n_docs + margin
+    prefix = [next(d for d, doc in enumerate(r["documents"]) if doc[0] == r["key"][0])
+              == r["gold_doc"] for r in ds]
+    assert rate(prefix) <= 1 / (n_near + 1) + margin, rate(prefix)
+    exact = [[doc.split("=")[0] for doc in r["documents"]].index(r["key"]) == r["gold_doc"]
+             for r in ds]
+    assert rate(exact) == 1.0
