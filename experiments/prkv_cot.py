@@ -38,6 +38,7 @@ REFERENCES = ("prompt_recent",)  # not a policy a deployment could run: it knows
 
 
 def check_config(config):
+    """Validates ``config`` (:func:`lab.config.check`); returns it."""
     check(config, get_config, {
         "task.n_problems": (lambda v: v > 0, "a positive int"),
         "eval.batch_size": (lambda v: v > 0, "a positive int"),
@@ -52,6 +53,7 @@ def check_config(config):
     })
     require(config.task.n_problems % config.eval.batch_size == 0, "task.n_problems",
             config.task.n_problems, f"a multiple of eval.batch_size={config.eval.batch_size}")
+    return config
 
 
 def problems(config):
