@@ -54,7 +54,8 @@ from lab.nn.cache import KVCache
 
 GRAPHS = ("group", "head")
 
-__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "personalized_pagerank", "prkv",
+__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "keep", "observed_restart",
+           "personalized_pagerank", "prkv",
            "prkv_dense", "prkv_scores", "prkv_scores_matrix_free", "span_restart",
            "transition_graph", "window_restart"]
 
@@ -159,8 +160,9 @@ def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.
                                          impl=impl) for i in range(queries.shape[0])])
 
 
-def _restart(stats: Stats, t: int) -> jax.Array:
-    """Uniform over the captured window's positions (``Stats.query_positions``)."""
+def observed_restart(stats: Stats, t: int) -> jax.Array:
+    """Restart vectors ``[B, T]`` uniform over the positions of the queries prefill captured
+    (``Stats.query_positions``: each row's observation window or question)."""
     qpos = stats.query_positions                                  # [B, W], -1 = absent
     on = jnp.any(jnp.arange(t, dtype=jnp.int32)[None, :, None] == qpos[:, None, :], axis=-1)
     return on / jnp.maximum(jnp.sum(on, axis=-1, keepdims=True), 1)
@@ -175,7 +177,11 @@ def _check_budget(budget, cache: KVCache, t: int):
                          f"{cache.capacity}")
 
 
-def _keep(cache, stats, scores, budget, n_sink, n_recent, kernel_size):
+def keep(cache: KVCache, stats: Stats, scores: jax.Array, budget, *, n_sink: int = 0,
+         n_recent: int = 0, kernel_size: int = 1) -> KVCache:
+    """The policy's last step on PageRank ``scores [L, B, Hkv, T]``: pooling, protection of
+    sinks and recent tokens, top-``budget`` compaction. Scores do not depend on the budget,
+    so one solve serves every ratio and pooling (the experiment's ablation)."""
     if kernel_size != 1:
         scores = avg_pool(scores, kernel_size)
     scores = protect(scores, cache, stats.lengths, n_sink=n_sink, n_recent=n_recent)
@@ -205,9 +211,10 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     _check_budget(budget, cache, t)
     positions = cache.positions[0, :, 0]                          # [B, T]: slot = position
     scores = prkv_scores_matrix_free(stats.all_queries, cache.keys, positions,
-                                     _restart(stats, t), alpha=alpha, iters=iters,
+                                     observed_restart(stats, t), alpha=alpha, iters=iters,
                                      graph=graph, impl=impl)
-    return _keep(cache, stats, scores, budget, n_sink, n_recent, kernel_size)
+    return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                kernel_size=kernel_size)
 
 
 def prkv_dense(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
@@ -220,9 +227,10 @@ def prkv_dense(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, ite
                          "needs=('attn', 'queries')")
     t = stats.attn.shape[-1]
     _check_budget(budget, cache, t)
-    scores = prkv_scores(stats.attn, _restart(stats, t), cache.keys.shape[2], alpha=alpha,
+    scores = prkv_scores(stats.attn, observed_restart(stats, t), cache.keys.shape[2], alpha=alpha,
                          iters=iters, graph=graph, impl=impl)
-    return _keep(cache, stats, scores, budget, n_sink, n_recent, kernel_size)
+    return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                kernel_size=kernel_size)
 
 
 register("prkv", Policy(prkv, needs=("all_queries", "queries"), window=64))
