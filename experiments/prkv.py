@@ -5,12 +5,19 @@ A zoo LM (``config.model`` names one, default ``lm-xs-long``; ``""`` trains the 
 (``--config.model=<dir>``) answers multi-hop
 variable tracking, needle retrieval and multi-step arithmetic after a prefill
 whose KV cache every policy compresses at every ratio; the answer is decoded
-greedily on the compressed cache and scored by exact match. Also measured:
-the kept KV bytes per example (from the compressed caches), each policy's
-scoring time as a fraction of the prefill forward (jitted, blocked, measured
-separately), the device memory of the compiled generate program per policy and
-ratio (XLA's buffer assignment), and a question-only row (the prompt's context
-removed) that says what the model gets without the evidence.
+greedily on the compressed cache and scored by exact match (PRKV's PageRank,
+matrix-free from the prompt's queries and keys, is solved once per batch for
+every ratio: :func:`prkv_accuracy`). The paper's claims, as it states them:
+accuracy against the baselines at each ratio; the peak memory of prefill +
+scoring + decoding against the full cache (:func:`memory_costs`: the compiled
+generate program per policy and ratio at the run's widest prompt, with the bytes
+of weights, prompt cache, captured statistics, scoring scratch and decode cache,
+and PRKV on materialised attention beside it); the end-to-end overhead (one
+generate call of PRKV, captures and scoring included, over the full cache's:
+:func:`cache_costs`). Also measured: the kept KV bytes per example, each
+policy's scoring time as a fraction of the prefill forward, and a question-only
+row (the prompt's context removed) that says what the model gets without the
+evidence.
 
   python -m experiments.prkv --config=configs/prkv.py:default --workdir=/tmp/prkv
 """
@@ -272,15 +279,22 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
     prefill_s = _timed(forward, e.timing_repeats)
     capture_s = _timed(capture, e.timing_repeats)
     out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
+    p = config.prkv
     for name, fn in fns.items():
         pol = policies.get(name)
         row = {"kept_bytes": {}}
+        if name == "prkv":  # the policy's own steps, one PageRank solve for every ratio
+            scores = _prkv_scores(cache, stats, alpha=p.alpha, iters=p.iters, graph=p.graph)
+            def fn(c, st, b, scores=scores):
+                return _prkv_keep(c, st, scores, b, n_sink=p.n_sink, n_recent=p.n_recent,
+                                  kernel_size=p.kernel_size)
         for r in ratios:
             budget = jnp.asarray(policies.budgets(lengths, r) if (r and pol.evicts)
                                  else lengths, jnp.int32)
             kept = fn(cache, stats, budget) if (r and pol.evicts) else cache
             row["kept_bytes"][str(r)] = float(kept.kept_bytes()) / x.shape[0]
         b = jnp.asarray(policies.budgets(lengths, max(ratios)), jnp.int32)
+        fn = fns[name]                                   # the registered policy, timed
         row["score_seconds"] = _timed(lambda fn=fn, b=b: fn(cache, stats, b), e.timing_repeats)
         row["score_fraction"] = row["score_seconds"] / prefill_s
         out["policies"][name] = row

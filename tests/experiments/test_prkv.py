@@ -160,6 +160,7 @@ def test_peak_memory_and_overhead_claims_on_fabricated_results():
         k: c["holds"] for k, c in held.items() if k not in (PEAK, OVERHEAD)}
 
 
+@pytest.mark.slow
 def test_shared_scoring_generates_what_the_policy_generates():
     """prkv_accuracy (one PageRank solve per batch for every ratio and pooling) gives the
     texts generate(policy="prkv") gives, for each variant and for the question restart."""
