@@ -346,9 +346,9 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
     the ``T`` prompt tokens, live until eviction), ``decode_cache`` (the same at the decode
     capacity), ``statistics`` (:func:`stat_bytes` of what the policy captures) and
     ``scoring_temp`` (XLA's temporary allocation of the policy's jitted function alone on
-    those inputs). Every evicting policy at the highest ratio, ``full`` at 0, PRKV and
-    ``prkv_dense`` (the same scores from materialised attention,
-    :data:`lab.methods.prkv.DENSE`) at every ratio."""
+    those inputs; PRKV's two variants only, 0 elsewhere). ``full`` at 0, PRKV at every
+    ratio, every other evicting policy and ``prkv_dense`` (the same scores from materialised
+    attention, :data:`lab.methods.prkv.DENSE`) at the highest: one compile each."""
     cfg, e = model.config, config.eval
     b, t = x.shape
     lengths = np.full((b,), t, np.int32)
@@ -361,8 +361,6 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
     budget = jax.ShapeDtypeStruct((b,), jnp.int32)
 
     def scoring_temp(pol, kwargs):
-        if not pol.evicts:
-            return 0
         st = {n: jax.ShapeDtypeStruct(s, d) for n, s, d in (
             ("attn", (cfg.n_layers, b, cfg.n_heads, t, t), jnp.float32),
             ("attn_colsum", (cfg.n_layers, b, cfg.n_heads, t), jnp.float32),
@@ -381,14 +379,14 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
            "policies": {}}
     cells = [(n, r) for n in names for r in (
         [0.0] if n == "full" else evicting if n == "prkv" else [top])]
-    cells += [("prkv_dense", r) for r in evicting] if "prkv" in names else []
+    cells += [("prkv_dense", top)] if "prkv" in names else []
     temps = {}
     for name, r in cells:
         pol = prkv_lib.DENSE if name == "prkv_dense" else policies.get(name)
         kwargs = policy_kwargs("prkv" if name == "prkv_dense" else name, config)
         kw = generate_kwargs(tok, policy=pol, ratio=r, config=config, capacity=None)
         mem = infer.generate_memory(model, x, lengths=lengths, **kw)
-        if name not in temps:
+        if name not in temps and name in ("prkv", "prkv_dense") and r:
             temps[name] = scoring_temp(pol, kwargs)
         kept = int(policies.budgets([t], r)[0]) if (r and pol.evicts) else t
         row = {"peak": mem["total"], "arguments": mem["arguments"], "outputs": mem["outputs"],
@@ -397,7 +395,7 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
                    KVCache.init(cfg, b, kept + e.max_new_tokens))),
                "statistics": stat_bytes(cfg, pol.needs if (r and pol.evicts) else (), b, t,
                                         e.window),
-               "scoring_temp": temps[name] if (r and pol.evicts) else 0}
+               "scoring_temp": temps.get(name, 0) if (r and pol.evicts) else 0}
         out["policies"].setdefault(name, {})[str(r)] = row
     return out
 
@@ -755,8 +753,8 @@ def memory_report(memory) -> str:
         f"{memory['weights'] / MIB:.3g} MiB (in the arguments) and the prompt's full cache "
         f"{memory['prompt_cache'] / MIB:.3g} MiB until eviction (in the temporaries). "
         f"`statistics`: what the policy captures; `scoring temp`: the policy's jitted function's "
-        f"own temporaries; `decode cache`: kept entries + new tokens. `prkv_dense`: PRKV on "
-        f"materialised attention (`Stats.attn`), the same kept set.",
+        f"own temporaries (PRKV's variants only); `decode cache`: kept entries + new tokens. "
+        f"`prkv_dense`: PRKV on materialised attention (`Stats.attn`), the same kept set.",
         markdown_table(memory_rows(memory), floatfmt=".4g")])
 
 
