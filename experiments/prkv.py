@@ -174,7 +174,8 @@ def _prkv_scores(cache, stats, *, alpha, iters, graph):
     t = stats.all_queries.shape[3]
     return prkv_lib.prkv_scores_matrix_free(
         stats.all_queries, cache.keys, cache.positions[0, :, 0],
-        prkv_lib.observed_restart(stats, t), alpha=alpha, iters=iters, graph=graph)
+        prkv_lib.observed_restart(stats, t), alpha=alpha, iters=iters, graph=graph,
+        causal_slots=True)                       # as the policy: slot = position
 
 
 @functools.partial(jax.jit, static_argnames=("n_sink", "n_recent", "kernel_size"))

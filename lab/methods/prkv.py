@@ -136,7 +136,7 @@ def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float 
 def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.Array,
                             v: jax.Array, *, alpha: float = 0.85, iters: int = 50,
                             tol: float | None = None, graph: str = "group",
-                            impl: str | None = None) -> jax.Array:
+                            impl: str | None = None, causal_slots: bool = False) -> jax.Array:
     """:func:`prkv_scores` without the attention: ``[L, B, Hkv, T]`` from queries and keys.
 
     Args:
@@ -149,7 +149,8 @@ def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.
     Each layer's chain is :func:`prkv_scores`'s on the causal softmax attention
     ``softmax(q k^T / sqrt(hd))`` that ``lab.nn`` computes, solved by
     :func:`kernels_pallas.pagerank.attention_pagerank` (equal to the materialised
-    solve within 1e-6; ``impl`` as there).
+    solve within 1e-6; ``impl`` and ``causal_slots``, the promise that positions strictly
+    increase over the valid slots so masked tiles are skipped, as there).
     """
     if queries.ndim != 5 or keys.ndim != 5 or queries.shape[:2] != keys.shape[:2] \
             or queries.shape[3:] != keys.shape[3:]:
@@ -157,7 +158,8 @@ def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.
                          "[L, B, H, T, hd] and [L, B, Hkv, T, hd]")
     return jnp.stack([attention_pagerank(queries[i], keys[i], v, positions=positions,
                                          alpha=alpha, iters=iters, tol=tol, graph=graph,
-                                         impl=impl) for i in range(queries.shape[0])])
+                                         impl=impl, causal_slots=causal_slots)
+                      for i in range(queries.shape[0])])
 
 
 def observed_restart(stats: Stats, t: int) -> jax.Array:
@@ -201,8 +203,9 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     positions before the top-k, as SnapKV pools its scores
     (:func:`lab.infer.kvpress.avg_pool`; 1 = off). The graph is the attention of
     ``Stats.all_queries`` over the cache's keys, never materialised
-    (:func:`prkv_scores_matrix_free`). Runs on the uncompressed prefill cache
-    (slot = position), as every policy does.
+    (:func:`prkv_scores_matrix_free`; the prefill cache holds slot = position, so the
+    masked key tiles past each query group are skipped). Runs on the uncompressed prefill
+    cache, as every policy does.
     """
     if stats.all_queries is None or stats.query_positions is None:
         raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
@@ -212,7 +215,7 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     positions = cache.positions[0, :, 0]                          # [B, T]: slot = position
     scores = prkv_scores_matrix_free(stats.all_queries, cache.keys, positions,
                                      observed_restart(stats, t), alpha=alpha, iters=iters,
-                                     graph=graph, impl=impl)
+                                     graph=graph, impl=impl, causal_slots=True)
     return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
                 kernel_size=kernel_size)
 

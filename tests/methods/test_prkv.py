@@ -217,6 +217,27 @@ def test_matrix_free_policy_keeps_the_materialised_policys_set_through_prefill(g
     np.testing.assert_array_equal(np.asarray(got.keys), np.asarray(ref.keys))
 
 
+def test_skipping_masked_tiles_changes_nothing_and_checks_its_promise():
+    # causal_slots (slot = position, padding at the end) skips the key tiles past each group
+    # of query blocks; the scores are the full computation's.
+    rng = np.random.default_rng(3)
+    t = 200
+    q = jnp.asarray(rng.normal(size=(1, 2, 4, t, 8)), jnp.float32)     # [L, B, H, T, hd]
+    k = jnp.asarray(rng.normal(size=(1, 2, 2, t, 8)), jnp.float32)
+    lengths = np.array([t, 131])
+    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
+                      jnp.int32)
+    v = prkv.window_restart(jnp.asarray(lengths), t, 5)
+    for graph in prkv.GRAPHS:
+        full = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph)
+        skip = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph,
+                                            causal_slots=True)
+        np.testing.assert_allclose(skip, full, rtol=1e-6, atol=1e-9)
+    shuffled = pos.at[0, 5].set(7)                          # slot 5 at position 7 = slot 7's
+    with pytest.raises(ValueError, match="causal_slots=True but .* strictly increasing"):
+        prkv.prkv_scores_matrix_free(q, k, shuffled, v, causal_slots=True)
+
+
 @pytest.mark.parametrize("policy", ["prkv", "snapkv"])
 def test_question_lengths_make_the_question_the_observation_window(policy):
     # Each row's restart span (PRKV) or observation window (SnapKV) is then its own question:
