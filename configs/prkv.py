@@ -103,6 +103,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.claims.high_ratios = [0.75, 0.9]
     c.claims.multihop_task = "variable_tracking"
     c.claims.solved_accuracy = 0.5
+    # "Low end-to-end overhead": PRKV's generate (prefill, captures, scoring, decoding) at most
+    # this many times the full cache's, stated before any run.
+    c.claims.max_overhead = 1.1
 
     if preset == "test":
         c.model = ""

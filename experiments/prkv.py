@@ -5,12 +5,19 @@ A zoo LM (``config.model`` names one, default ``lm-xs-long``; ``""`` trains the 
 (``--config.model=<dir>``) answers multi-hop
 variable tracking, needle retrieval and multi-step arithmetic after a prefill
 whose KV cache every policy compresses at every ratio; the answer is decoded
-greedily on the compressed cache and scored by exact match. Also measured:
-the kept KV bytes per example (from the compressed caches), each policy's
-scoring time as a fraction of the prefill forward (jitted, blocked, measured
-separately), the device memory of the compiled generate program per policy and
-ratio (XLA's buffer assignment), and a question-only row (the prompt's context
-removed) that says what the model gets without the evidence.
+greedily on the compressed cache and scored by exact match (PRKV's PageRank,
+matrix-free from the prompt's queries and keys, is solved once per batch for
+every ratio: :func:`prkv_accuracy`). The paper's claims, as it states them:
+accuracy against the baselines at each ratio; the peak memory of prefill +
+scoring + decoding against the full cache (:func:`memory_costs`: the compiled
+generate program per policy and ratio at the run's widest prompt, with the bytes
+of weights, prompt cache, captured statistics, scoring scratch and decode cache,
+and PRKV on materialised attention beside it); the end-to-end overhead (one
+generate call of PRKV, captures and scoring included, over the full cache's:
+:func:`cache_costs`). Also measured: the kept KV bytes per example, each
+policy's scoring time as a fraction of the prefill forward, and a question-only
+row (the prompt's context removed) that says what the model gets without the
+evidence.
 
   python -m experiments.prkv --config=configs/prkv.py:default --workdir=/tmp/prkv
 """
@@ -25,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from flax import nnx
 
 from configs.prkv import POLICIES, get_config
 from lab import infer, launch, zoo
@@ -32,6 +40,7 @@ from lab.config import check
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import policies
 from lab.methods import prkv as prkv_lib
+from lab.nn import KVCache
 from lab.outputs import claim, markdown_table, regime, save_figure, write_outputs
 from lab.zoo import ZooSpec
 
@@ -72,7 +81,7 @@ def check_config(config):
         "ablation.kernel_sizes": (lambda v: len(v) > 0 and all(map(odd, v)),
                                   "a non-empty list of positive odd ints"),
         "ablation.question_restart": (lambda v: isinstance(v, bool), "a bool"),
-        "zoo.steps": pos, "zoo.seq_len": pos,
+        "zoo.steps": pos, "zoo.seq_len": pos, "claims.max_overhead": pos,
     })
 
 
@@ -113,8 +122,10 @@ def load_model(config):
                         "params": m["params"], "zoo_held_out": m["held_out"]}
 
 
-def policy_kwargs(name: str, config) -> dict:
+def policy_kwargs(name, config) -> dict:
+    """Keyword arguments of policy ``name`` (:data:`lab.methods.prkv.DENSE` takes PRKV's)."""
     extra = {"seed": config.seed, **{k: config.prkv[k] for k in POLICY_KWARGS["prkv"]}}
+    name = "prkv" if name == prkv_lib.DENSE else name
     return {k: extra[k] for k in POLICY_KWARGS.get(name, ())}
 
 
@@ -149,9 +160,75 @@ def accuracy(model, tok, x, lengths, answers, **cell):
     """``(correct, texts)``: exact match of each greedy answer after a compressed prefill,
     and the generated texts; ``cell`` as :func:`generate_kwargs` takes it."""
     gen = infer.generate(model, x, lengths=lengths, **generate_kwargs(tok, **cell))
-    texts = [tok.decode([int(t) for t in row[:n] if t != tok.eos_id])
-             for row, n in zip(np.asarray(gen.tokens), np.asarray(gen.lengths), strict=True)]
+    texts = _texts(tok, gen.tokens, gen.lengths)
     return [extract_answer(t) == a for t, a in zip(texts, answers, strict=True)], texts
+
+
+def _texts(tok, tokens, lengths) -> list[str]:
+    return [tok.decode([int(t) for t in row[:n] if t != tok.eos_id])
+            for row, n in zip(np.asarray(tokens), np.asarray(lengths), strict=True)]
+
+
+@functools.partial(jax.jit, static_argnames=("alpha", "iters", "graph"))
+def _prkv_scores(cache, stats, *, alpha, iters, graph):
+    t = stats.all_queries.shape[3]
+    return prkv_lib.prkv_scores_matrix_free(
+        stats.all_queries, cache.keys, cache.positions[0, :, 0],
+        prkv_lib.observed_restart(stats, t), alpha=alpha, iters=iters, graph=graph,
+        causal_slots=True)                       # as the policy: slot = position
+
+
+@functools.partial(jax.jit, static_argnames=("n_sink", "n_recent", "kernel_size"))
+def _prkv_keep(cache, stats, scores, budget, *, n_sink, n_recent, kernel_size):
+    return prkv_lib.keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                         kernel_size=kernel_size)
+
+
+def prkv_accuracy(model, tok, x, lengths, answers, *, ratios, config, capacity, variants,
+                  question_lengths=None, window=None) -> dict:
+    """``{(alpha, kernel_size, ratio): (correct, texts)}``: :func:`accuracy` of the ``"prkv"``
+    policy for every variant and ratio, each PageRank solved once.
+
+    The policy's steps, split so that one solve serves every ratio and pooling (the scores
+    depend on neither): the prompt's cache and statistics (``lab.infer.prefill`` under
+    ``"full"``, capturing what PRKV needs), the matrix-free scores per ``alpha``
+    (:func:`lab.methods.prkv.prkv_scores_matrix_free`), then per (kernel, ratio) the
+    policy's compaction (:func:`lab.methods.prkv.keep`) and greedy decoding on the kept
+    cache: token 0 from the prompt's last logits, the rest by
+    :func:`lab.infer.continue_generation` from it. This is what ``generate(policy="prkv")``
+    computes (``tests/experiments/test_prkv.py`` checks the texts are equal).
+    ``variants``: ``(alpha, kernel_size)`` pairs; ``question_lengths``/``window`` as
+    :func:`generate_kwargs`.
+    """
+    e, p = config.eval, config.prkv
+    window = e.window if window is None else window
+    logits, cache, stats = infer.prefill(
+        model, x, lengths=lengths, return_stats=policies.get("prkv").needs, window=window,
+        question_lengths=question_lengths, capacity=x.shape[1])
+    first = np.asarray(jnp.argmax(logits[jnp.arange(x.shape[0]), jnp.asarray(lengths) - 1],
+                                  axis=-1)).astype(np.int32)
+    stopped = first == tok.eos_id
+    out, scores = {}, {}
+    for alpha, kernel in variants:
+        if alpha not in scores:
+            scores[alpha] = _prkv_scores(cache, stats, alpha=float(alpha), iters=p.iters,
+                                         graph=p.graph)
+        for r in ratios:
+            budget = jnp.asarray(policies.budgets(lengths, r), jnp.int32)
+            kept = _prkv_keep(cache, stats, scores[alpha], budget, n_sink=p.n_sink,
+                              n_recent=p.n_recent, kernel_size=int(kernel))
+            if e.max_new_tokens > 1:
+                gen = infer.continue_generation(
+                    model, kept, first[:, None], max_new_tokens=e.max_new_tokens - 1,
+                    stop_tokens=[tok.eos_id], pad_id=int(tok.pad_id or 0), capacity=capacity)
+                tokens = np.concatenate([first[:, None], np.asarray(gen.tokens)], axis=1)
+                n = np.where(stopped, 1, 1 + np.asarray(gen.lengths))
+            else:
+                tokens, n = first[:, None], np.ones_like(first)
+            texts = _texts(tok, tokens, n)
+            out[(alpha, kernel, r)] = ([extract_answer(t) == a for t, a in
+                                        zip(texts, answers, strict=True)], texts)
+    return out
 
 
 def _timed(fn, repeats: int) -> float:
@@ -171,18 +248,29 @@ def scorers(names, config) -> dict:
             for n in names}
 
 
-def cache_costs(model, x, lengths, fns, ratios, config):
-    """Kept KV bytes per example for every (policy, ratio), and scoring / prefill seconds.
+def _needs(names) -> tuple[str, ...]:
+    """The prefill statistics the policies ``names`` score with (their union)."""
+    return tuple(sorted({n for p in names for n in policies.get(p).needs}))
 
-    The prefill statistics every policy needs are captured once (``infer.prefill``
-    under ``"full"`` with ``return_stats``, which returns the uncompressed cache);
-    each policy's jitted function (``fns``, :func:`scorers`) is then timed on them alone,
-    against the prefill forward without captures.
+
+def cache_costs(model, tok, x, lengths, fns, ratios, config):
+    """Kept KV bytes per example at every ratio, scoring / prefill seconds, and PRKV's
+    end-to-end time against full-cache inference, on one batch.
+
+    The prefill statistics the policies need (:func:`_needs`: the queries of every prompt
+    token for PRKV, the window's for SnapKV and TOVA, attention column sums for H2O; no
+    attention probabilities) are captured once (``infer.prefill`` under ``"full"`` with
+    ``return_stats``, which returns the uncompressed cache); each policy's jitted function
+    (``fns``, :func:`scorers`) is then timed on them alone, against the prefill forward
+    without captures. ``end_to_end``: one greedy :func:`lab.infer.generate` call (prefill,
+    PRKV's captures, its scoring and ``eval.max_new_tokens`` decoding steps, no stop token,
+    the decode cache sized to what is kept) at the highest ratio, against the same call
+    with the full cache (prefill and decoding); ``overhead`` = PRKV's seconds / full's.
     """
     e = config.eval
 
     def capture():
-        return infer.prefill(model, x, lengths=lengths, return_stats=policies.STATS,
+        return infer.prefill(model, x, lengths=lengths, return_stats=_needs(fns),
                              window=e.window, capacity=x.shape[1])[1:]
 
     def forward():  # the prefill forward alone: no captures, no policy
@@ -192,37 +280,124 @@ def cache_costs(model, x, lengths, fns, ratios, config):
     prefill_s = _timed(forward, e.timing_repeats)
     capture_s = _timed(capture, e.timing_repeats)
     out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
+    p = config.prkv
     for name, fn in fns.items():
         pol = policies.get(name)
         row = {"kept_bytes": {}}
+        if name == "prkv":  # the policy's own steps, one PageRank solve for every ratio
+            scores = _prkv_scores(cache, stats, alpha=p.alpha, iters=p.iters, graph=p.graph)
+            def fn(c, st, b, scores=scores):
+                return _prkv_keep(c, st, scores, b, n_sink=p.n_sink, n_recent=p.n_recent,
+                                  kernel_size=p.kernel_size)
         for r in ratios:
             budget = jnp.asarray(policies.budgets(lengths, r) if (r and pol.evicts)
                                  else lengths, jnp.int32)
             kept = fn(cache, stats, budget) if (r and pol.evicts) else cache
             row["kept_bytes"][str(r)] = float(kept.kept_bytes()) / x.shape[0]
         b = jnp.asarray(policies.budgets(lengths, max(ratios)), jnp.int32)
+        fn = fns[name]                                   # the registered policy, timed
         row["score_seconds"] = _timed(lambda fn=fn, b=b: fn(cache, stats, b), e.timing_repeats)
         row["score_fraction"] = row["score_seconds"] / prefill_s
         out["policies"][name] = row
+    if "prkv" in fns:
+        top = max(ratios)
+
+        def run(policy, ratio):
+            kw = generate_kwargs(tok, policy=policy, ratio=ratio, config=config, capacity=None)
+            kw["stop_tokens"] = []            # every row decodes max_new_tokens
+            return lambda: infer.generate(model, x, lengths=lengths, **kw).tokens
+
+        full_s, prkv_s = _timed(run("full", 0.0), e.timing_repeats), _timed(
+            run("prkv", top), e.timing_repeats)
+        out["end_to_end"] = {"ratio": top, "full_seconds": full_s, "prkv_seconds": prkv_s,
+                             "overhead": prkv_s / full_s}
     return out
 
 
-def memory_costs(model, tok, x, lengths, names, ratios, config) -> dict:
-    """``{policy: {ratio: bytes}}``: the device memory the compiled generate program needs
-    (:func:`lab.infer.generate_memory`: weights, prompts, outputs and XLA's temporary
-    buffers, the full prompt cache, the compressed decode cache and the policy's statistics
-    included), with the decode cache sized to what the policy kept (``capacity=None``;
-    :func:`accuracy` keeps one capacity for every ratio, so that each policy compiles
-    once). Every policy at the highest ratio, PRKV at every ratio: one compile each,
-    nothing run."""
-    top = max(ratios)
-    out = {}
-    for name in names:
-        rs = ratios if name == "prkv" else ([0.0] if name == "full" else [top])
-        for r in rs:
-            mem = infer.generate_memory(model, x, lengths=lengths, **generate_kwargs(
-                tok, policy=name, ratio=r, config=config, capacity=None))
-            out.setdefault(name, {})[str(r)] = mem["total"]
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape)) * jnp.dtype(dtype).itemsize
+
+
+def stat_bytes(cfg, needs, batch: int, t: int, window: int) -> int:
+    """Bytes of the prefill statistics ``needs`` for ``batch`` prompts of ``t`` tokens
+    (:class:`lab.infer.policies.Stats`' shapes: attention float32, queries in the model's
+    dtype)."""
+    lbh = (cfg.n_layers, batch, cfg.n_heads)
+    sizes = {"attn": _nbytes((*lbh, t, t), jnp.float32),
+             "attn_colsum": _nbytes((*lbh, t), jnp.float32),
+             "queries": _nbytes((*lbh, min(window, t), cfg.head_dim), cfg.jnp_dtype)
+             + _nbytes((batch, min(window, t)), jnp.int32),
+             "all_queries": _nbytes((*lbh, t, cfg.head_dim), cfg.jnp_dtype)}
+    return sum(sizes[n] for n in needs)
+
+
+def memory_costs(model, tok, x, names, ratios, config) -> dict:
+    """Peak device memory of prefill + scoring + decoding per policy and ratio, against the
+    full cache, at the experiment's longest context, with the bytes of each component.
+
+    ``x``: ``eval.cost_batch_size`` prompts padded to the widest prompt of the run (``T``
+    tokens); every row is taken as ``T`` tokens long (memory depends on shapes only, nothing
+    is run). ``peak``: :func:`lab.infer.generate_memory` of the compiled greedy generate
+    program, which holds the prompt forward, the policy's captures and scoring, the
+    compaction and the decode loop: its arguments (weights, prompts) + outputs + XLA's
+    temporary allocation (every intermediate, with buffers whose live ranges do not overlap
+    sharing space: the compiler's own accounting of what is live together), with the decode
+    cache sized to what the policy keeps plus ``eval.max_new_tokens``. Components, from
+    shapes: ``weights`` (the model's state), ``prompt_cache`` (keys, values and positions of
+    the ``T`` prompt tokens, live until eviction), ``decode_cache`` (the same at the decode
+    capacity), ``statistics`` (:func:`stat_bytes` of what the policy captures) and
+    ``scoring_temp`` (XLA's temporary allocation of the policy's jitted function alone on
+    those inputs; PRKV's two variants only, 0 elsewhere). ``full`` at 0, PRKV at every
+    ratio, every other evicting policy and ``prkv_dense`` (the same scores from materialised
+    attention, :data:`lab.methods.prkv.DENSE`) at the highest: one compile each."""
+    cfg, e = model.config, config.eval
+    b, t = x.shape
+    lengths = np.full((b,), t, np.int32)
+    top, evicting = max(ratios), [r for r in ratios if r > 0]
+    state = nnx.state(model)
+    weights = sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(state))
+    prompt_cache = sum(int(v.size) * v.dtype.itemsize
+                       for v in jax.tree.leaves(KVCache.init(cfg, b, t)))
+    cache = KVCache.init(cfg, b, t)
+    budget = jax.ShapeDtypeStruct((b,), jnp.int32)
+
+    def scoring_temp(pol, kwargs):
+        st = {n: jax.ShapeDtypeStruct(s, d) for n, s, d in (
+            ("attn", (cfg.n_layers, b, cfg.n_heads, t, t), jnp.float32),
+            ("attn_colsum", (cfg.n_layers, b, cfg.n_heads, t), jnp.float32),
+            ("queries", (cfg.n_layers, b, cfg.n_heads, min(e.window, t), cfg.head_dim),
+             cfg.jnp_dtype),
+            ("all_queries", (cfg.n_layers, b, cfg.n_heads, t, cfg.head_dim), cfg.jnp_dtype))
+            if n in pol.needs}
+        if "queries" in pol.needs:
+            st["query_positions"] = jax.ShapeDtypeStruct((b, min(e.window, t)), jnp.int32)
+        stats = policies.Stats(lengths=jax.ShapeDtypeStruct((b,), jnp.int32), **st)
+        fn = jax.jit(functools.partial(pol.fn, **kwargs))
+        return int(fn.lower(cache, stats, budget).compile().memory_analysis().temp_size_in_bytes)
+
+    out = {"context": t, "batch": b, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+           "head_dim": cfg.head_dim, "weights": weights, "prompt_cache": prompt_cache,
+           "policies": {}}
+    cells = [(n, r) for n in names for r in (
+        [0.0] if n == "full" else evicting if n == "prkv" else [top])]
+    cells += [("prkv_dense", top)] if "prkv" in names else []
+    temps = {}
+    for name, r in cells:
+        pol = prkv_lib.DENSE if name == "prkv_dense" else policies.get(name)
+        kwargs = policy_kwargs("prkv" if name == "prkv_dense" else name, config)
+        kw = generate_kwargs(tok, policy=pol, ratio=r, config=config, capacity=None)
+        mem = infer.generate_memory(model, x, lengths=lengths, **kw)
+        if name not in temps and name in ("prkv", "prkv_dense") and r:
+            temps[name] = scoring_temp(pol, kwargs)
+        kept = int(policies.budgets([t], r)[0]) if (r and pol.evicts) else t
+        row = {"peak": mem["total"], "arguments": mem["arguments"], "outputs": mem["outputs"],
+               "temp": mem["temp"],
+               "decode_cache": sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(
+                   KVCache.init(cfg, b, kept + e.max_new_tokens))),
+               "statistics": stat_bytes(cfg, pol.needs if (r and pol.evicts) else (), b, t,
+                                        e.window),
+               "scoring_temp": temps.get(name, 0) if (r and pol.evicts) else 0}
+        out["policies"].setdefault(name, {})[str(r)] = row
     return out
 
 
@@ -232,7 +407,7 @@ def question_only(prompt: str) -> str:
     return lines[-1] + "\n"
 
 
-def _claims(acc, agreement, costs, solved, config) -> list[dict]:
+def _claims(acc, agreement, costs, memory, solved, config) -> list[dict]:
     c, e = config.claims, config.eval
     high = [r for r in c.high_ratios if r in e.ratios]
     baselines = [p for p in e.policies if p not in ("full", "prkv")]
@@ -270,23 +445,26 @@ def _claims(acc, agreement, costs, solved, config) -> list[dict]:
                          {"prkv": agree("prkv"), best: agree(best)},
                          agree("prkv") >= agree(best) - c.margin
                          and max(agree("prkv"), agree(best)) > c.margin))
-    ratios = sorted(e.ratios)
-    mono = {}
-    for t, tc in costs.items():
-        for p, row in tc["policies"].items():
-            if p == "full":
-                continue
-            kb = [row["kept_bytes"][str(r)] for r in ratios]
-            mono[f"{t}/{p}"] = bool(all(a > b for a, b in zip(kb, kb[1:], strict=False)))
-    out.append(claim("kept KV bytes (measured from the compressed caches) fall strictly with "
-                     "the ratio for every evicting policy on every task",
-                     "policies with strictly decreasing bytes", f"{sum(mono.values())}/{len(mono)}",
-                     all(mono.values())))
+    if "prkv" in memory.get("policies", {}) and "full" in memory["policies"]:
+        full = memory["policies"]["full"]["0.0"]["peak"]
+        rel = {r: row["peak"] / full for r, row in memory["policies"]["prkv"].items()}
+        out.append(claim(f"PRKV's peak memory of prefill + scoring + decoding is at most the "
+                         f"full cache's at every ratio ({memory['batch']} prompts of "
+                         f"{memory['context']} tokens, compiled generate program)",
+                         "PRKV peak / full-cache peak, per ratio", rel,
+                         all(v <= 1.0 for v in rel.values())))
     first = next(iter(costs.values()))
     if "prkv" in first["policies"]:
         frac = first["policies"]["prkv"]["score_fraction"]
         out.append(claim("PRKV's scoring costs less than the prefill forward it follows",
                          "PRKV scoring time / prefill forward time", frac, frac < 1.0))
+    if "end_to_end" in first:
+        ee = first["end_to_end"]
+        out.append(claim(f"PRKV's end-to-end overhead is low: prefill + captures + scoring + "
+                         f"decoding at ratio {ee['ratio']:g} take at most "
+                         f"{c.max_overhead:g}x the full cache's prefill + decoding",
+                         "PRKV generate time / full-cache generate time", ee["overhead"],
+                         ee["overhead"] <= c.max_overhead))
     return out
 
 
@@ -348,25 +526,33 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
     # the question row observes up to the task's longest question (one window, one compile)
     question_window = max(config.eval.window, *(int(b[3].max()) for b in batches))
 
-    def exact(ratio, overrides, question=False):
-        return float(np.mean([v for x, lengths, answers, qlens in batches for v in accuracy(
-            model, tok, x, lengths, answers, policy="prkv", ratio=ratio, config=config,
-            capacity=capacity, overrides=overrides,
-            question_lengths=qlens if question else None)[0]]))
-
     main = ablation_name(config.prkv.alpha, config.prkv.kernel_size)
     done = acc[a.task].get("prkv", {})
+    evicting = [r for r in ratios if r > 0]
+    pairs = [(al, k) for al in a.alphas for k in a.kernel_sizes
+             if not (ablation_name(al, k) == main and done)]
+    correct = {}
+    for x, lengths, answers, qlens in batches:   # each PageRank solved once per batch
+        cells = prkv_accuracy(model, tok, x, lengths, answers, ratios=evicting, config=config,
+                              capacity=capacity, variants=pairs) if pairs else {}
+        if a.question_restart:
+            q = prkv_accuracy(model, tok, x, lengths, answers, ratios=evicting, config=config,
+                              capacity=capacity, question_lengths=qlens,
+                              window=question_window,
+                              variants=[(config.prkv.alpha, config.prkv.kernel_size)])
+            cells.update({("question", *key): v for key, v in q.items()})
+        for key, (v, _) in cells.items():
+            correct.setdefault(key, []).extend(v)
     variants = {}
     for al in a.alphas:
         for k in a.kernel_sizes:
             name = ablation_name(al, k)
             variants[name] = {str(r): done[str(r)] if name == main and done
-                              else exact(r, {"alpha": al, "kernel_size": k})
-                              for r in ratios if r > 0}
+                              else float(np.mean(correct[(al, k, r)])) for r in evicting}
     if a.question_restart:
         variants[ablation_name(config.prkv.alpha, config.prkv.kernel_size, "question")] = {
-            str(r): exact(r, {"window": question_window}, question=True)
-            for r in ratios if r > 0}
+            str(r): float(np.mean(correct[("question", config.prkv.alpha,
+                                           config.prkv.kernel_size, r)])) for r in evicting}
     return {"task": a.task, "full": acc[a.task]["full"]["0.0"], "main": main,
             "variants": variants}
 
@@ -446,10 +632,15 @@ def run(config, workdir: str) -> dict:
                                                   capacity=capacity)}}
             full = accuracy(model, tok, x, lengths, answers, policy="full", ratio=0.0,
                             config=config, capacity=capacity)
+            main = (config.prkv.alpha, config.prkv.kernel_size)
+            shared = prkv_accuracy(model, tok, x, lengths, answers, ratios=[r for r in ratios
+                                                                             if r > 0],
+                                   config=config, capacity=capacity, variants=[main]) \
+                if "prkv" in e.policies else {}
             for p in e.policies:
-                ok[p] = {r: full if r == 0 else accuracy(model, tok, x, lengths, answers,
-                                                         policy=p, ratio=r, config=config,
-                                                         capacity=capacity) for r in ratios
+                ok[p] = {r: full if r == 0 else shared[(*main, r)] if p == "prkv"
+                         else accuracy(model, tok, x, lengths, answers, policy=p, ratio=r,
+                                       config=config, capacity=capacity) for r in ratios
                          if p != "full" or r == 0}
             for p, per_ratio in ok.items():
                 for r, (v, texts) in per_ratio.items():
@@ -458,10 +649,9 @@ def run(config, workdir: str) -> dict:
                     agree.setdefault(p, {}).setdefault(str(r), []).extend(same[:take])
             if b_i == 0:
                 cx, cl = x[:e.cost_batch_size], lengths[:e.cost_batch_size]
-                costs[task] = cache_costs(model, cx, cl, fns, ratios, config)
-                if not memory:
-                    memory = memory_costs(model, tok, cx, cl, list(e.policies), ratios,
-                                          config)
+                if not costs:  # the first task's first batch
+                    costs[task] = cache_costs(model, tok, cx, cl, fns, ratios, config)
+                    memory = memory_costs(model, tok, cx, list(e.policies), ratios, config)
             logging.info("prkv: %s batch %d/%d done (%.0fs)", task, b_i + 1, len(idx),
                          time.time() - t0)
         acc[task] = {p: {r: float(np.mean(v)) for r, v in per.items()} for p, per in rows.items()}
@@ -470,7 +660,8 @@ def run(config, workdir: str) -> dict:
                            for p, per in agree.items() if p not in ("full", "question_only")}
     ablation = _ablation(model, tok, data, acc, width, capacity, ratios, config)
     solved = {t: acc[t]["full"]["0.0"] >= config.claims.solved_accuracy for t in acc}
-    claims = _claims(acc, agreement, costs, solved, config) + _ablation_claims(ablation, config)
+    claims = (_claims(acc, agreement, costs, memory, solved, config)
+              + _ablation_claims(ablation, config))
     plot = _plot(acc, ratios, workdir)
     results = {"model": info, "width": width, "n_per_task": e.n_per_task, "accuracy": acc,
                "agreement": agreement, "solved": solved, "costs": costs, "memory": memory,
@@ -525,19 +716,47 @@ def _report(acc, agreement, costs, memory, ablation, info, ratios, config) -> st
               for p, row in tc["policies"].items()]
         lines += [f"### KV bytes kept per example and scoring time: {task}",
                   f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch of "
-                  f"{config.eval.cost_batch_size} prompts; the forward "
-                  f"capturing every statistic (attention probabilities included) "
+                  f"{config.eval.cost_batch_size} prompts; the forward capturing the "
+                  f"statistics the policies need ({', '.join(_needs(config.eval.policies))}) "
                   f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
-    first = next(iter(costs))
-    mem_rows = [{"policy": p, **{f"r={r:g}": row.get(str(r)) for r in ratios}}
-                for p, row in memory.items()]
-    lines += [f"### Device memory of the compiled generate program (bytes, {first}, one batch "
-              f"of {config.eval.cost_batch_size} prompts)",
-              "XLA's buffer assignment (`lab.infer.generate_memory`): weights, prompts, outputs "
-              "and temporaries, the prompt's full cache during prefill and the policy's "
-              "statistics included; the decode cache holds what the policy kept.",
-              markdown_table(mem_rows, floatfmt=".4g")]
+        if "end_to_end" in tc:
+            ee = tc["end_to_end"]
+            lines += [f"End to end (one generate call, {config.eval.max_new_tokens} new tokens "
+                      f"per row, no stop token): full cache {ee['full_seconds']:.3f} s, PRKV at "
+                      f"ratio {ee['ratio']:g} (prefill, captures, scoring, decoding) "
+                      f"{ee['prkv_seconds']:.3f} s: overhead {ee['overhead']:.3g}x."]
+    lines += [memory_report(memory)]
     return "\n\n".join(lines) + "\n"
+
+
+MIB = 2 ** 20
+
+
+def memory_rows(memory) -> list[dict]:
+    """The memory table (MiB): one row per (policy, ratio) of :func:`memory_costs`."""
+    rows = []
+    for p, per in memory["policies"].items():
+        for r, m in per.items():
+            rows.append({"policy": p, "ratio": float(r), "peak": m["peak"] / MIB,
+                         "XLA temp": m["temp"] / MIB, "statistics": m["statistics"] / MIB,
+                         "scoring temp": m["scoring_temp"] / MIB,
+                         "decode cache": m["decode_cache"] / MIB,
+                         "peak / full": m["peak"] / memory["policies"]["full"]["0.0"]["peak"]})
+    return rows
+
+
+def memory_report(memory) -> str:
+    return "\n\n".join([
+        f"### Peak memory of prefill + scoring + decoding (MiB; {memory['batch']} prompts of "
+        f"{memory['context']} tokens)",
+        f"`peak`: arguments + outputs + XLA's temporaries of the compiled generate program "
+        f"(`lab.infer.generate_memory`). Held by every row: weights "
+        f"{memory['weights'] / MIB:.3g} MiB (in the arguments) and the prompt's full cache "
+        f"{memory['prompt_cache'] / MIB:.3g} MiB until eviction (in the temporaries). "
+        f"`statistics`: what the policy captures; `scoring temp`: the policy's jitted function's "
+        f"own temporaries (PRKV's variants only); `decode cache`: kept entries + new tokens. "
+        f"`prkv_dense`: PRKV on materialised attention (`Stats.attn`), the same kept set.",
+        markdown_table(memory_rows(memory), floatfmt=".4g")])
 
 
 if __name__ == "__main__":

@@ -288,9 +288,20 @@ class _Walk:
     tol: float | None
     graph: str
     block: int
+    causal_slots: bool = False
 
 
-def _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block) -> _Walk:
+def _row_groups(nb: int, causal_slots: bool) -> list[tuple[int, int]]:
+    """Row-block ranges ``[(r0, r1)]`` whose tiles read keys ``[0, r1 * block)`` only: one
+    range over every key without ``causal_slots``; else up to 4 near-equal ranges, so the
+    masked upper triangle is mostly skipped ((1 + 2 + 3 + 4) / 16 of the tiles at 4)."""
+    n = min(nb, 4) if causal_slots else 1
+    edges = [round(i * nb / n) for i in range(n + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+def _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block,
+                     causal_slots=False) -> _Walk:
     """Validates the inputs of :func:`attention_pagerank`; returns its static options."""
     if q.ndim != 4:
         raise ValueError(f"q has shape {q.shape}; expected [B, H, T, hd]")
@@ -326,7 +337,18 @@ def _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
             raise ValueError(f"v is not a distribution: min {vs.min():.3g}, sums in [{lo:.6g}, "
                              f"{hi:.6g}]; expected non-negative rows summing to 1 +- "
                              f"{STOCHASTIC_ATOL}")
-    return _Walk(scale, float(alpha), iters, None if tol is None else float(tol), graph, block)
+    if not isinstance(causal_slots, bool):
+        raise ValueError(f"causal_slots={causal_slots!r}; expected a bool")
+    if causal_slots and not _is_traced(positions):
+        p = np.asarray(jax.device_get(positions))
+        later = np.where(p >= 0, p, np.iinfo(np.int32).max)
+        if np.any(np.minimum.accumulate(later[:, ::-1], axis=1)[:, ::-1][:, 1:] <= p[:, :-1]):
+            raise ValueError("causal_slots=True but some valid slot's position is not above "
+                             "every earlier one's; expected positions strictly increasing "
+                             "over the valid slots of each row (a prefill cache: slot = "
+                             "position)")
+    return _Walk(scale, float(alpha), iters, None if tol is None else float(tol), graph, block,
+                 causal_slots)
 
 
 def _graph_heads(q, k, graph):
@@ -368,7 +390,9 @@ def _finish(pi, t, h, hkv, graph):
 def _walk_one(q, k, pos, u, walk: _Walk):
     """One graph (jnp): ``q [G, T_p, hd]``, ``k [T_p, hd]``, ``pos [T_p]``, ``u [T_p]`` -> pi.
 
-    Query rows are taken ``block`` at a time; each block's tile is ``[G, block, T_p]``.
+    Query rows are taken ``block`` at a time; each block's tile is ``[G, block, T_p]``, or,
+    with ``walk.causal_slots``, ``[G, block, end]`` over the keys of its row group
+    (:func:`_row_groups`): keys in later slots than every query of the group are skipped.
     """
     g, t_p, hd = q.shape
     nb, bq = t_p // walk.block, walk.block
@@ -376,31 +400,39 @@ def _walk_one(q, k, pos, u, walk: _Walk):
     posb = pos.reshape(nb, bq)
     hi = lax.Precision.HIGHEST
 
-    def tile(q_i, pos_i):
-        """Masked logits ``[G, bq, T_p]`` of one query block and its allowed pairs."""
-        s = jnp.einsum("gqd,kd->gqk", q_i, k, precision=hi) * walk.scale
-        ok = (pos[None, :] >= 0) & (pos[None, :] <= pos_i[:, None])
+    groups = _row_groups(nb, walk.causal_slots)
+
+    def tile(q_i, pos_i, end):
+        """Masked logits ``[G, bq, end]`` of one query block over keys ``[0, end)`` and its
+        allowed pairs."""
+        s = jnp.einsum("gqd,kd->gqk", q_i, k[:end], precision=hi) * walk.scale
+        ok = (pos[None, :end] >= 0) & (pos[None, :end] <= pos_i[:, None])
         return jnp.where(ok[None], s, NEG_INF), ok
 
-    def norm_block(xs):
-        s, _ = tile(*xs)
+    def norm_block(xs, end):
+        s, _ = tile(*xs, end)
         m = jnp.max(s, axis=-1)
         den = jnp.sum(jnp.exp(s - m[..., None]), axis=-1)
         valid = xs[1] >= 0                                        # dangling rows: unused
         return jnp.where(valid, m, 0.0), jnp.where(valid, den, 1.0)
 
-    m, den = lax.map(norm_block, (qb, posb))                      # [nb, G, bq] each
+    parts = [lax.map(functools.partial(norm_block, end=r1 * bq), (qb[r0:r1], posb[r0:r1]))
+             for r0, r1 in groups]
+    m = jnp.concatenate([a for a, _ in parts])                    # [nb, G, bq] each
+    den = jnp.concatenate([d for _, d in parts])
     dangling = pos < 0
 
     def step(pi):
-        def row_block(acc, xs):
+        def row_block(acc, xs, end):
             q_i, pos_i, m_i, den_i, pi_i = xs
-            s, ok = tile(q_i, pos_i)
+            s, ok = tile(q_i, pos_i, end)
             a = jnp.where(ok[None], jnp.exp(s - m_i[..., None]) / den_i[..., None], 0.0)
-            return acc + jnp.einsum("q,gqk->k", pi_i / g, a, precision=hi), None
+            return acc.at[:end].add(jnp.einsum("q,gqk->k", pi_i / g, a, precision=hi)), None
 
-        acc, _ = lax.scan(row_block, jnp.zeros((t_p,), jnp.float32),
-                          (qb, posb, m, den, pi.reshape(nb, bq)))
+        acc, pib = jnp.zeros((t_p,), jnp.float32), pi.reshape(nb, bq)
+        for r0, r1 in groups:
+            acc, _ = lax.scan(functools.partial(row_block, end=r1 * bq), acc,
+                              (qb[r0:r1], posb[r0:r1], m[r0:r1], den[r0:r1], pib[r0:r1]))
         lost = jnp.sum(jnp.where(dangling, pi, 0.0))              # dangling rows jump to u
         return (1 - walk.alpha) * u + walk.alpha * (acc + lost * u)
 
@@ -431,7 +463,8 @@ def _attention_walk(q, k, v, positions, walk: _Walk):
 
 def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = None,
                                  alpha: float = 0.85, iters: int = 50, tol: float | None = None,
-                                 graph: str = "group", block: int = 64):
+                                 graph: str = "group", block: int = 64,
+                                 causal_slots: bool = False):
     """Personalized PageRank over one layer's causal attention graph, never forming ``[T, T]``.
 
     The chain is PRKV's (``lab.methods.prkv.transition_graph``): with
@@ -466,12 +499,18 @@ def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = No
       graph: ``"group"`` (one graph per KV head) or ``"head"`` (one PageRank per
         query head, then the mean of the scores over the group).
       block: query rows per tile (a power of two).
+      causal_slots: the caller's promise that positions strictly increase over each row's
+        valid slots (a prefill cache, slot = position; checked when concrete): every key in
+        a later slot than a query is then masked for it, and the tiles of keys beyond a
+        group of query blocks are skipped (about 0.6 of the work at 4 groups), with the
+        same result.
 
     Returns:
       ``pi [B, Hkv, T]`` float32 (each sums to 1 when ``v`` does).
     """
     q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
-    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block,
+                            causal_slots)
     return _attention_walk(q, k, v, positions, walk)
 
 
@@ -595,7 +634,8 @@ def _attention_call(q, k, v, positions, walk: _Walk, interpret: bool):
 
 def attention_pagerank_kernel(q, k, v, *, positions, scale: float | None = None,
                               alpha: float = 0.85, iters: int = 50, tol: float | None = None,
-                              graph: str = "group", block: int = 64, interpret: bool = False):
+                              graph: str = "group", block: int = 64, interpret: bool = False,
+                              causal_slots: bool = False):
     """:func:`attention_pagerank_reference` with its two blocked passes as Pallas kernels.
 
     ``lab_attention_softmax_stats`` (grid ``B x graphs x query blocks``) writes
@@ -609,16 +649,18 @@ def attention_pagerank_kernel(q, k, v, *, positions, scale: float | None = None,
     ``tol`` stop, are jnp around it. Only ``block x block`` tiles exist; ``T``
     is padded to a block multiple (block clipped to ``max(16, next_pow2(T))``)
     and ``hd`` to a power of two. Graphs are ``B x Hkv`` (``group``) or
-    ``B x H`` (``head``).
+    ``B x H`` (``head``). ``causal_slots`` is checked as the reference's but the kernel
+    still computes every tile (skipping masked ones is not implemented here).
     """
     q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
-    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block)
+    walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block,
+                            causal_slots)
     return _attention_call(q, k, v, positions, walk, interpret)
 
 
 def attention_pagerank(q, k, v, *, positions, scale: float | None = None, alpha: float = 0.85,
                        iters: int = 50, tol: float | None = None, graph: str = "group",
-                       impl: str | None = None):
+                       impl: str | None = None, causal_slots: bool = False):
     """Dispatching entry point: :func:`attention_pagerank_kernel` or its jnp reference.
 
     ``impl`` as :func:`personalized_pagerank` (compiled Pallas on GPU/TPU, the
@@ -627,4 +669,4 @@ def attention_pagerank(q, k, v, *, positions, scale: float | None = None, alpha:
     """
     fn, _ = select(attention_pagerank_kernel, attention_pagerank_reference, impl)
     return fn(q, k, v, positions=positions, scale=scale, alpha=alpha, iters=iters, tol=tol,
-              graph=graph)
+              graph=graph, causal_slots=causal_slots)

@@ -144,9 +144,10 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
                 or compress_every < 1:
             raise ValueError(f"compress_every={compress_every!r}; expected an int >= 1 "
                              "(new tokens between compressions) or None")
-        if "attn" in pol.needs:
+        if "attn" in pol.needs or "all_queries" in pol.needs:
             raise ValueError(f"policy {policy!r} needs the prompt's full attention graph "
-                             "(Stats.attn), which decoding does not keep; compress_every "
+                             "(Stats.attn, or Stats.all_queries with the prompt's keys), "
+                             "which decoding does not keep; compress_every "
                              "works with policies that score from queries, attention column "
                              "sums, keys or positions")
     held = np.zeros_like(lengths) if held is None else np.asarray(held, np.int32)
@@ -234,7 +235,8 @@ def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, 
     # attends to nothing, so it adds nothing to the attention statistics.
     positions = jnp.where(slot < lengths[:, None], start[:, None] + slot, -1)
     want = set(eviction.needs) | set(stats)
-    capture = tuple(n for n in ("attn", "attn_colsum", "queries") if n in want)
+    captured = want | ({"queries"} if "all_queries" in want else set())
+    capture = tuple(n for n in ("attn", "attn_colsum", "queries") if n in captured)
     if hidden:
         capture += ("hidden",)
     if embedded is None:
@@ -258,7 +260,8 @@ def _extend(model: Transformer, cache: KVCache, tokens, lengths, budget, qlens, 
             attn_colsum=inter.attn_colsum if "attn_colsum" in want else None,
             queries=queries, query_positions=qpos,
             attn=inter.attn if "attn" in want else None,
-            query_start=policies_lib.first_position(positions, new.next_position))
+            query_start=policies_lib.first_position(positions, new.next_position),
+            all_queries=inter.queries if "all_queries" in want else None)
     if eviction.policy is not None:
         new = eviction.policy(new, out, budget, **dict(eviction.kwargs))
     new = policies_lib.resize(new, eviction.capacity)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from lab.nn.cache import KVCache
 
-STATS = ("attn_colsum", "queries", "attn")
+STATS = ("attn_colsum", "queries", "attn", "all_queries")
 NEG_INF = -1e30
 
 
@@ -50,7 +50,12 @@ class Stats(NamedTuple):
     query_positions: ``[B, W]`` int32 positions of those queries (-1 where a row
                      is shorter than ``W``).
     attn:            ``[L, B, H, T, C]`` float32 attention probabilities of every
-                     prompt query (only when asked: it is ``O(T^2)``; PRKV's graph).
+                     prompt query (only when asked: it is ``O(T^2)``).
+    all_queries:     ``[L, B, H, T, hd]`` the queries of every prompt token at its
+                     slot (after q-norm and RoPE; padding slots hold the padding's
+                     queries, position -1 in the cache): with the cache's keys they
+                     give the attention graph matrix-free, in ``O(T)`` memory per
+                     head (PRKV's).
     query_start:     ``[B]`` int32 position of the first query summed into
                      ``attn_colsum`` (its queries are positions ``query_start ..
                      lengths - 1``; None: 0, a prompt on an empty cache), so a key
@@ -65,6 +70,7 @@ class Stats(NamedTuple):
     queries: jax.Array | None = None
     query_positions: jax.Array | None = None
     attn: jax.Array | None = None
+    all_queries: jax.Array | None = None
     query_start: jax.Array | None = None
 
 

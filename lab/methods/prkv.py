@@ -24,10 +24,18 @@ scored from that layer's attention. The top ``budget`` entries per KV head
 are kept (:func:`lab.infer.policies.compact`); ``n_sink`` first positions and
 ``n_recent`` last positions can be protected.
 
-Memory: the policy needs ``Stats.attn``, the ``[L, B, H, T, T]`` float32
-attention of every prompt query (4 L B H T^2 bytes: 2 layers x 4 heads x
-T=512 x batch 8 is 64 MiB; T=2048 is 1 GiB), plus one ``[T, T]`` graph per
-(layer, row, KV head) inside the solve.
+Memory: the policy never materialises the attention. It takes the queries of
+every prompt token (``Stats.all_queries``, ``[L, B, H, T, hd]``) and the keys
+the cache already holds, and solves each layer's chain with
+:func:`kernels_pallas.pagerank.attention_pagerank`, which recomputes the
+attention tile by tile from ``q``, ``k`` and each query row's log-sum-exp in
+every power step: beyond the queries (as large as the keys), O(T) per head.
+:func:`prkv_dense` is the same policy on the materialised ``Stats.attn``
+(``[L, B, H, T, T]`` float32, ``4 L B H T^2`` bytes: 1 GiB at T = 2048 for 2
+layers x 4 heads x batch 8, plus one ``[T, T]`` graph per (layer, row, KV head)
+inside the solve); it is kept as the reference the matrix-free policy is
+tested against and as :data:`DENSE`, an unregistered :class:`Policy` for
+measuring what materialising costs.
 
 Importing this module registers the policy as ``"prkv"`` in
 :mod:`lab.infer.policies`, so ``lab.infer.prefill(model, tokens, policy="prkv",
@@ -39,14 +47,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels_pallas.pagerank import personalized_pagerank
+from kernels_pallas.pagerank import attention_pagerank, personalized_pagerank
 from lab.infer.kvpress import avg_pool, protect
 from lab.infer.policies import Policy, Stats, compact, register
 from lab.nn.cache import KVCache
 
 GRAPHS = ("group", "head")
 
-__all__ = ["GRAPHS", "personalized_pagerank", "prkv", "prkv_scores", "span_restart",
+__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "keep", "observed_restart",
+           "personalized_pagerank", "prkv",
+           "prkv_dense", "prkv_scores", "prkv_scores_matrix_free", "span_restart",
            "transition_graph", "window_restart"]
 
 
@@ -123,6 +133,63 @@ def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float 
     return pi
 
 
+def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.Array,
+                            v: jax.Array, *, alpha: float = 0.85, iters: int = 50,
+                            tol: float | None = None, graph: str = "group",
+                            impl: str | None = None, causal_slots: bool = False) -> jax.Array:
+    """:func:`prkv_scores` without the attention: ``[L, B, Hkv, T]`` from queries and keys.
+
+    Args:
+      queries: ``[L, B, H, T, hd]`` every prompt token's queries (after RoPE), at its slot.
+      keys: ``[L, B, Hkv, T, hd]`` the same tokens' keys (the prefill cache's).
+      positions: ``[B, T]`` int32 token positions, -1 = padding (never attended; a
+        padding query is a dangling row that jumps to ``v``).
+      v: ``[B, T]`` restart vectors.
+
+    Each layer's chain is :func:`prkv_scores`'s on the causal softmax attention
+    ``softmax(q k^T / sqrt(hd))`` that ``lab.nn`` computes, solved by
+    :func:`kernels_pallas.pagerank.attention_pagerank` (equal to the materialised
+    solve within 1e-6; ``impl`` and ``causal_slots``, the promise that positions strictly
+    increase over the valid slots so masked tiles are skipped, as there).
+    """
+    if queries.ndim != 5 or keys.ndim != 5 or queries.shape[:2] != keys.shape[:2] \
+            or queries.shape[3:] != keys.shape[3:]:
+        raise ValueError(f"queries {queries.shape} and keys {keys.shape}; expected "
+                         "[L, B, H, T, hd] and [L, B, Hkv, T, hd]")
+    return jnp.stack([attention_pagerank(queries[i], keys[i], v, positions=positions,
+                                         alpha=alpha, iters=iters, tol=tol, graph=graph,
+                                         impl=impl, causal_slots=causal_slots)
+                      for i in range(queries.shape[0])])
+
+
+def observed_restart(stats: Stats, t: int) -> jax.Array:
+    """Restart vectors ``[B, T]`` uniform over the positions of the queries prefill captured
+    (``Stats.query_positions``: each row's observation window or question)."""
+    qpos = stats.query_positions                                  # [B, W], -1 = absent
+    on = jnp.any(jnp.arange(t, dtype=jnp.int32)[None, :, None] == qpos[:, None, :], axis=-1)
+    return on / jnp.maximum(jnp.sum(on, axis=-1, keepdims=True), 1)
+
+
+def _check_budget(budget, cache: KVCache, t: int):
+    if not isinstance(budget, jax.core.Tracer) and int(jnp.max(jnp.asarray(budget))) > t:
+        raise ValueError(f"budget={jnp.asarray(budget).tolist()} exceeds the context of {t} "
+                         "tokens; expected at most the prompt length per row")
+    if cache.capacity != t:
+        raise ValueError(f"prkv scores a cache of {t} slots (the prompt), got capacity "
+                         f"{cache.capacity}")
+
+
+def keep(cache: KVCache, stats: Stats, scores: jax.Array, budget, *, n_sink: int = 0,
+         n_recent: int = 0, kernel_size: int = 1) -> KVCache:
+    """The policy's last step on PageRank ``scores [L, B, Hkv, T]``: pooling, protection of
+    sinks and recent tokens, top-``budget`` compaction. Scores do not depend on the budget,
+    so one solve serves every ratio and pooling (the experiment's ablation)."""
+    if kernel_size != 1:
+        scores = avg_pool(scores, kernel_size)
+    scores = protect(scores, cache, stats.lengths, n_sink=n_sink, n_recent=n_recent)
+    return compact(cache, scores, budget)
+
+
 def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
          graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
          impl: str | None = None) -> KVCache:
@@ -134,28 +201,41 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     SnapKV's). ``n_sink`` first and ``n_recent`` last positions are always
     kept. ``kernel_size > 1`` average-pools the scores over neighbouring
     positions before the top-k, as SnapKV pools its scores
-    (:func:`lab.infer.kvpress.avg_pool`; 1 = off). Needs ``Stats.attn``. Runs on the
-    uncompressed prefill cache (slot = position), as every policy does.
+    (:func:`lab.infer.kvpress.avg_pool`; 1 = off). The graph is the attention of
+    ``Stats.all_queries`` over the cache's keys, never materialised
+    (:func:`prkv_scores_matrix_free`; the prefill cache holds slot = position, so the
+    masked key tiles past each query group are skipped). Runs on the uncompressed prefill
+    cache, as every policy does.
     """
+    if stats.all_queries is None or stats.query_positions is None:
+        raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
+                         "it with needs=('all_queries', 'queries')")
+    t = stats.all_queries.shape[3]
+    _check_budget(budget, cache, t)
+    positions = cache.positions[0, :, 0]                          # [B, T]: slot = position
+    scores = prkv_scores_matrix_free(stats.all_queries, cache.keys, positions,
+                                     observed_restart(stats, t), alpha=alpha, iters=iters,
+                                     graph=graph, impl=impl, causal_slots=True)
+    return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                kernel_size=kernel_size)
+
+
+def prkv_dense(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
+               graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
+               impl: str | None = None) -> KVCache:
+    """:func:`prkv` on the materialised attention ``Stats.attn`` (:func:`prkv_scores`): the
+    reference the matrix-free policy is tested against; needs ``Stats.attn``."""
     if stats.attn is None or stats.query_positions is None:
-        raise ValueError("prkv needs stats.attn and stats.query_positions; register it with "
+        raise ValueError("prkv_dense needs stats.attn and stats.query_positions; use it with "
                          "needs=('attn', 'queries')")
     t = stats.attn.shape[-1]
-    if not isinstance(budget, jax.core.Tracer) and int(jnp.max(jnp.asarray(budget))) > t:
-        raise ValueError(f"budget={jnp.asarray(budget).tolist()} exceeds the context of {t} "
-                         "tokens; expected at most the prompt length per row")
-    if cache.capacity != t:
-        raise ValueError(f"prkv scores a cache of {t} slots (the prompt), got capacity "
-                         f"{cache.capacity}")
-    qpos = stats.query_positions                                  # [B, W], -1 = absent
-    on = jnp.any(jnp.arange(t, dtype=jnp.int32)[None, :, None] == qpos[:, None, :], axis=-1)
-    v = on / jnp.maximum(jnp.sum(on, axis=-1, keepdims=True), 1)
-    scores = prkv_scores(stats.attn, v, cache.keys.shape[2], alpha=alpha, iters=iters,
-                         graph=graph, impl=impl)
-    if kernel_size != 1:
-        scores = avg_pool(scores, kernel_size)
-    scores = protect(scores, cache, stats.lengths, n_sink=n_sink, n_recent=n_recent)
-    return compact(cache, scores, budget)
+    _check_budget(budget, cache, t)
+    scores = prkv_scores(stats.attn, observed_restart(stats, t), cache.keys.shape[2], alpha=alpha,
+                         iters=iters, graph=graph, impl=impl)
+    return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                kernel_size=kernel_size)
 
 
-register("prkv", Policy(prkv, needs=("attn", "queries"), window=64))
+register("prkv", Policy(prkv, needs=("all_queries", "queries"), window=64))
+# The materialised variant, not registered: pass it as ``policy=DENSE`` to prefill/generate.
+DENSE = Policy(prkv_dense, needs=("attn", "queries"), window=64)

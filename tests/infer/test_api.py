@@ -149,4 +149,4 @@ def test_import_lab_is_lazy_and_builtin_policies_resolve_on_first_use():
             " print(before, p.needs, 'lab.methods.prkv' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
-    assert out == "[] ('attn', 'queries') True"
+    assert out == "[] ('all_queries', 'queries') True"

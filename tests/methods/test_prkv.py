@@ -28,10 +28,47 @@ def chain_attention(t, hops, n_heads=2):
     return jnp.asarray(np.broadcast_to(a, (1, 1, n_heads, t, t)).copy())
 
 
-def prefill_cache(t, n_kv=1):
+def prefill_cache(t, n_kv=1, keys=None):
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (1, 1, n_kv, t))
-    keys = jnp.ones((1, 1, n_kv, t, 4))
+    keys = jnp.ones((1, 1, n_kv, t, 4)) if keys is None else keys
     return KVCache(keys, keys, pos, jnp.array([t], jnp.int32))
+
+
+SHARP = 40.0  # logit gap: exp(-40) ~ 4e-18, so each softmax row is one-hot in float32
+
+
+def chain_stats(t, hops_per_head, window_positions):
+    """``(cache, stats)`` whose queries and keys realise :func:`chain_attention`'s graphs:
+    key ``j`` is the unit vector ``e_j``, query head ``h`` of token ``a`` is
+    ``SHARP sqrt(t) e_b`` for its hop ``(a, b)`` (``e_a`` otherwise), so the causal softmax
+    (``lab.nn``'s ``q k^T / sqrt(hd)``) puts all of ``a``'s attention on ``b``. ``stats``
+    carries both the queries (the matrix-free policy's) and that softmax (``prkv_dense``'s)."""
+    h = len(hops_per_head)
+    target = np.tile(np.arange(t), (h, 1))
+    for head, hops in enumerate(hops_per_head):
+        for src, dst in hops:
+            target[head, src] = dst
+    q = np.zeros((1, 1, h, t, t), np.float32)
+    for head in range(h):
+        q[0, 0, head, np.arange(t), target[head]] = SHARP * np.sqrt(t)
+    keys = jnp.asarray(np.eye(t, dtype=np.float32)[None, None, None])     # [1, 1, 1, T, T]
+    logits = jnp.einsum("lbhqd,lbkd->lbhqk", q, keys[:, :, 0]) / np.sqrt(t)
+    causal = np.tril(np.ones((t, t), bool))
+    attn = jax.nn.softmax(jnp.where(causal, logits, -1e30), axis=-1)
+    np.testing.assert_allclose(attn, jnp.concatenate(
+        [chain_attention(t, hops, n_heads=1) for hops in hops_per_head], axis=2), atol=1e-6)
+    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn, all_queries=jnp.asarray(q),
+                  query_positions=jnp.array([window_positions], jnp.int32))
+    return prefill_cache(t, keys=keys), stats
+
+
+def both(budget, cache, stats, **kw):
+    """The kept positions of the matrix-free policy, checked equal to the materialised one's."""
+    got = kept(jax.jit(functools.partial(prkv.prkv, **kw))(cache, stats, jnp.array([budget])))
+    ref = kept(jax.jit(functools.partial(prkv.prkv_dense, **kw))(cache, stats,
+                                                                 jnp.array([budget])))
+    assert got == ref
+    return got
 
 
 def kept(cache):
@@ -57,11 +94,10 @@ def test_personalized_pagerank_is_the_kernel_and_matches_networkx():
 def test_prkv_keeps_multi_hop_evidence_that_one_hop_scores_miss():
     # 11 (the question) -> 7 -> 3 -> 0: the question attends to 7 only.
     t = 12
-    attn = chain_attention(t, [(11, 7), (7, 3), (3, 0)])
-    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
-                  query_positions=jnp.array([[11]], jnp.int32))
-    policy = jax.jit(functools.partial(prkv.prkv, iters=100))
-    assert kept(policy(prefill_cache(t), stats, jnp.array([4]))) == [[0, 3, 7, 11]]
+    hops = [(11, 7), (7, 3), (3, 0)]
+    attn = chain_attention(t, hops)
+    cache, stats = chain_stats(t, [hops, hops], [11])
+    assert both(4, cache, stats, iters=100) == [[0, 3, 7, 11]]
     # PageRank mass along the chain: (1-a), a(1-a), a^2(1-a), the rest absorbed at 0.
     v = prkv.window_restart(stats.lengths, t, 1)
     pi = np.asarray(prkv.prkv_scores(attn, v, 1, iters=200))[0, 0, 0]
@@ -77,8 +113,7 @@ def test_graph_per_head_or_per_group_and_protection():
     a0 = chain_attention(t, [(9, 5), (5, 2)], n_heads=1)    # head 0: 9 -> 5 -> 2
     a1 = chain_attention(t, [(9, 6), (6, 1)], n_heads=1)    # head 1: 9 -> 6 -> 1
     attn = jnp.concatenate([a0, a1], axis=2)                # one KV group of two heads
-    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
-                  query_positions=jnp.array([[9]], jnp.int32))
+    cache, stats = chain_stats(t, [[(9, 5), (5, 2)], [(9, 6), (6, 1)]], [9])
     v = prkv.window_restart(stats.lengths, t, 1)
     # Per head: each chain's PageRank, averaged over the two heads.
     pi = np.asarray(prkv.prkv_scores(attn, v, 1, graph="head", iters=200))[0, 0, 0]
@@ -87,12 +122,16 @@ def test_graph_per_head_or_per_group_and_protection():
     # Per group: one graph, the heads' mean (5 now half-stays at itself, head 1's row).
     pi = np.asarray(prkv.prkv_scores(attn, v, 1, graph="group", iters=200))[0, 0, 0]
     np.testing.assert_allclose(pi[5], 0.85 * 0.5 * 0.15 / (1 - 0.85 * 0.5), atol=1e-5)
+    # The matrix-free scores are these, per graph, from the queries and keys alone.
+    for graph in prkv.GRAPHS:
+        mf = prkv.prkv_scores_matrix_free(stats.all_queries, cache.keys, cache.positions[0, :, 0],
+                                          v, graph=graph, iters=200)
+        dense = prkv.prkv_scores(stats.attn, v, 1, graph=graph, iters=200)
+        # 200 float32 steps into the absorbing chain ends: rounding accrues to ~1e-5 relative
+        np.testing.assert_allclose(mf, dense, rtol=2e-5, atol=1e-7)
     for graph in prkv.GRAPHS:                               # sink 0, then the chains' ends
-        policy = jax.jit(functools.partial(prkv.prkv, iters=100, n_sink=1, graph=graph))
-        assert kept(policy(prefill_cache(t), stats, jnp.array([3]))) == [[0, 1, 2]]
-    out = kept(jax.jit(functools.partial(prkv.prkv, iters=100, n_recent=2))(
-        prefill_cache(t), stats, jnp.array([4])))
-    assert out == [[1, 2, 8, 9]]
+        assert both(3, cache, stats, iters=100, n_sink=1, graph=graph) == [[0, 1, 2]]
+    assert both(4, cache, stats, iters=100, n_recent=2) == [[1, 2, 8, 9]]
 
 
 def test_pooling_keeps_a_hits_neighbours():
@@ -100,16 +139,12 @@ def test_pooling_keeps_a_hits_neighbours():
     # reaches the others, which tie at 0); kernel 3 spreads 10's score over 9 and 11, the
     # rest of the fact (a smeared key covers a few tokens), and keeps them before the others.
     t = 20
-    attn = chain_attention(t, [(19, 10)], n_heads=1)
-    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=attn,
-                  query_positions=jnp.array([[19]], jnp.int32))
-    pooled = jax.jit(functools.partial(prkv.prkv, iters=100, kernel_size=3, n_recent=1))
-    assert kept(pooled(prefill_cache(t), stats, jnp.array([4]))) == [[9, 10, 11, 19]]
-    plain = jax.jit(functools.partial(prkv.prkv, iters=100, n_recent=1))
-    out = kept(plain(prefill_cache(t), stats, jnp.array([4])))[0]
+    cache, stats = chain_stats(t, [[(19, 10)]], [19])
+    assert both(4, cache, stats, iters=100, kernel_size=3, n_recent=1) == [[9, 10, 11, 19]]
+    out = both(4, cache, stats, iters=100, n_recent=1)[0]
     assert 10 in out and 19 in out and not {9, 11} <= set(out)
     with pytest.raises(ValueError, match="kernel_size=4"):
-        prkv.prkv(prefill_cache(t), stats, jnp.array([4]), kernel_size=4)
+        prkv.prkv(cache, stats, jnp.array([4]), kernel_size=4)
 
 
 def test_padding_rows_jump_to_the_restart_vector():
@@ -131,10 +166,14 @@ def test_bad_input_names_the_problem():
     with pytest.raises(ValueError, match=r"restart spans .* expected 0 <= start < end <= 8"):
         prkv.span_restart([3], [3], 8)
     t = 6
-    stats = Stats(lengths=jnp.array([t], jnp.int32), attn=chain_attention(t, []),
-                  query_positions=jnp.array([[5]], jnp.int32))
-    with pytest.raises(ValueError, match="budget=.* exceeds the context of 6 tokens"):
-        prkv.prkv(prefill_cache(t), stats, jnp.array([7]))
+    cache, stats = chain_stats(t, [[]], [5])
+    for fn in (prkv.prkv, prkv.prkv_dense):
+        with pytest.raises(ValueError, match="budget=.* exceeds the context of 6 tokens"):
+            fn(cache, stats, jnp.array([7]))
+    with pytest.raises(ValueError, match="prkv needs stats.all_queries"):
+        prkv.prkv(cache, stats._replace(all_queries=None), jnp.array([3]))
+    with pytest.raises(ValueError, match="prkv_dense needs stats.attn"):
+        prkv.prkv_dense(cache, stats._replace(attn=None), jnp.array([3]))
     with pytest.raises(ValueError, match="window=0"):
         prkv.window_restart(jnp.array([4]), 6, 0)
 
@@ -156,6 +195,47 @@ def test_prkv_through_prefill_and_generate():
         # n_recent protects the last tokens whatever their PageRank.
         for row in pos[:, b].reshape(-1, pos.shape[-1]):
             assert {t - 3, t - 2, t - 1} <= set(row.tolist())
+
+
+@pytest.mark.parametrize("graph", prkv.GRAPHS)
+def test_matrix_free_policy_keeps_the_materialised_policys_set_through_prefill(graph):
+    # A random model's real attention: the policy scores from Stats.all_queries and the
+    # cache's keys; the kept sets equal prkv_dense's on the materialised Stats.attn.
+    cfg = TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                            head_dim=8, d_ff=64, max_len=48, init_std=0.5)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    x = np.array(np.random.default_rng(2).integers(1, 64, (2, 24)), np.int32)
+    lengths = np.array([24, 17], np.int32)
+    kw = dict(ratio=0.5, window=4, iters=30, graph=graph, kernel_size=3)
+    _, got, stats = infer.prefill(model, x, lengths=lengths, policy="prkv", return_stats=True,
+                                  **kw)
+    assert stats.attn is None and stats.all_queries.shape == (2, 2, 4, 24, 8)
+    _, ref, dense = infer.prefill(model, x, lengths=lengths, policy=prkv.DENSE,
+                                  return_stats=True, **kw)
+    assert dense.attn.shape == (2, 2, 4, 24, 24) and dense.all_queries is None
+    np.testing.assert_array_equal(np.asarray(got.positions), np.asarray(ref.positions))
+    np.testing.assert_array_equal(np.asarray(got.keys), np.asarray(ref.keys))
+
+
+def test_skipping_masked_tiles_changes_nothing_and_checks_its_promise():
+    # causal_slots (slot = position, padding at the end) skips the key tiles past each group
+    # of query blocks; the scores are the full computation's.
+    rng = np.random.default_rng(3)
+    t = 200
+    q = jnp.asarray(rng.normal(size=(1, 2, 4, t, 8)), jnp.float32)     # [L, B, H, T, hd]
+    k = jnp.asarray(rng.normal(size=(1, 2, 2, t, 8)), jnp.float32)
+    lengths = np.array([t, 131])
+    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
+                      jnp.int32)
+    v = prkv.window_restart(jnp.asarray(lengths), t, 5)
+    for graph in prkv.GRAPHS:
+        full = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph)
+        skip = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph,
+                                            causal_slots=True)
+        np.testing.assert_allclose(skip, full, rtol=1e-6, atol=1e-9)
+    shuffled = pos.at[0, 5].set(7)                          # slot 5 at position 7 = slot 7's
+    with pytest.raises(ValueError, match="causal_slots=True but .* strictly increasing"):
+        prkv.prkv_scores_matrix_free(q, k, shuffled, v, causal_slots=True)
 
 
 @pytest.mark.parametrize("policy", ["prkv", "snapkv"])
