@@ -11,7 +11,7 @@ jitted on its own:
 * materialised: the causal softmax attention ``[B, H, T, T]`` (``jax.nn.softmax``
   over the positional mask), then ``lab.methods.prkv.prkv_scores`` on it
   (``transition_graph`` + ``personalized_pagerank``, the jnp reference), what
-  PRKV does from ``Stats.attn``;
+  ``lab.methods.prkv.prkv_dense`` does from ``Stats.attn``;
 * matrix-free: ``kernels_pallas.pagerank.attention_pagerank_reference`` (the jnp
   reference; ``--block`` query rows per tile), which never forms ``[T, T]``;
 * SnapKV: ``lab.infer.kvpress.snapkv_scores`` (the last 64 queries against the

@@ -144,10 +144,9 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
                 or compress_every < 1:
             raise ValueError(f"compress_every={compress_every!r}; expected an int >= 1 "
                              "(new tokens between compressions) or None")
-        if "attn" in pol.needs or "all_queries" in pol.needs:
+        if "attn" in pol.needs:
             raise ValueError(f"policy {policy!r} needs the prompt's full attention graph "
-                             "(Stats.attn, or Stats.all_queries with the prompt's keys), "
-                             "which decoding does not keep; compress_every "
+                             "(Stats.attn), which decoding does not keep; compress_every "
                              "works with policies that score from queries, attention column "
                              "sums, keys or positions")
     held = np.zeros_like(lengths) if held is None else np.asarray(held, np.int32)

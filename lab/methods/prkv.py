@@ -37,6 +37,11 @@ inside the solve); it is kept as the reference the matrix-free policy is
 tested against and as :data:`DENSE`, an unregistered :class:`Policy` for
 measuring what materialising costs.
 
+While a long output is generated (``generate(..., compress_every=N)``, kvpress's
+``DecodingPress``) the policy re-scores every ``N`` tokens on the graph those ``N``
+tokens' queries span (:func:`decoding_scores`): the older entries' queries are not
+kept, so the walk propagates only through the new tokens.
+
 Importing this module registers the policy as ``"prkv"`` in
 :mod:`lab.infer.policies`, so ``lab.infer.prefill(model, tokens, policy="prkv",
 ratio=0.75)`` and ``generate(...)`` use it.
@@ -49,7 +54,7 @@ import jax.numpy as jnp
 
 from kernels_pallas.pagerank import attention_pagerank, personalized_pagerank
 from lab.infer.kvpress import avg_pool, protect
-from lab.infer.policies import Policy, Stats, compact, register
+from lab.infer.policies import Policy, Stats, compact, register, window_attention
 from lab.nn.cache import KVCache
 
 GRAPHS = ("group", "head")
@@ -190,6 +195,41 @@ def keep(cache: KVCache, stats: Stats, scores: jax.Array, budget, *, n_sink: int
     return compact(cache, scores, budget)
 
 
+def decoding_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters: int = 50,
+                    graph: str = "group", impl: str | None = None) -> jax.Array:
+    """PRKV's scores ``[L, B, Hkv, C]`` while decoding (``compress_every``).
+
+    The graph's nodes are the cached entries. Only the tokens written since the last
+    compression have a query (``Stats.queries``, at ``Stats.query_positions``; the
+    older entries' queries were never kept), so only they have outgoing edges: the
+    row of the entry holding such a token is its attention over the cache
+    (:func:`lab.infer.policies.window_attention`, per KV head, since a compressed cache
+    holds different positions per head). The other entries are dangling and, as
+    networkx does, jump to the restart, which is uniform over the new tokens. Multi-hop
+    mass therefore flows only through the new tokens: an older entry scores by the
+    attention the recent tokens pay it, weighted by how much of the walk reaches each
+    of them.
+    """
+    if graph not in GRAPHS:
+        raise ValueError(f"graph={graph!r}; expected one of {GRAPHS}")
+    p = window_attention(cache, stats)                               # [L, B, H, W, C]
+    n_layers, b, h, w, c = p.shape
+    n_kv = cache.keys.shape[2]
+    p = p.reshape(n_layers, b, n_kv, h // n_kv, w, c)
+    if graph == "group":
+        p = p.mean(3, keepdims=True)
+    qpos = stats.query_positions[None, :, None, :, None]             # [1, B, 1, W, 1]
+    holds = (cache.positions[:, :, :, None, :] == qpos) & (qpos >= 0)  # [L, B, Hkv, W, C]
+    rows = jnp.einsum("lbkwc,lbkgwd->lbkgcd", holds.astype(jnp.float32), p)
+    v = holds.any(3).astype(jnp.float32)                             # [L, B, Hkv, C]
+    v = jnp.broadcast_to((v / jnp.maximum(v.sum(-1, keepdims=True), 1.0))[:, :, :, None],
+                         rows.shape[:-1])
+    dangling = rows.sum(-1, keepdims=True) < 0.5
+    pi = personalized_pagerank(jnp.where(dangling, v[..., None, :], rows), v, alpha=alpha,
+                               iters=iters, impl=impl)
+    return pi.mean(3)
+
+
 def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
          graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
          impl: str | None = None) -> KVCache:
@@ -206,7 +246,16 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     (:func:`prkv_scores_matrix_free`; the prefill cache holds slot = position, so the
     masked key tiles past each query group are skipped). Runs on the uncompressed prefill
     cache, as every policy does.
+
+    While decoding (``generate(..., compress_every=)``), where only the queries of the
+    tokens written since the last compression exist (``Stats.all_queries`` is None), the
+    graph is theirs: :func:`decoding_scores`.
     """
+    if stats.all_queries is None and stats.queries is not None:
+        scores = decoding_scores(cache, stats, alpha=alpha, iters=iters, graph=graph,
+                                 impl=impl)
+        return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
+                    kernel_size=kernel_size)
     if stats.all_queries is None or stats.query_positions is None:
         raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
                          "it with needs=('all_queries', 'queries')")
