@@ -123,7 +123,7 @@ def test_bad_eviction_arguments_name_the_limit(model):
     with pytest.raises(ValueError, match="compress_every=0; expected an int >= 1"):
         infer.generate(model, x, lengths=lens, max_new_tokens=4, policy="snapkv", budget=4,
                        compress_every=0)
-    from lab.methods.prkv import DENSE   # PRKV on the materialised Stats.attn
+    from lab.methods.prkv import DENSE  # PRKV on the materialised Stats.attn
     with pytest.raises(ValueError, match="needs the prompt's full attention graph"):
         infer.generate(model, x, lengths=lens, max_new_tokens=4, policy=DENSE, budget=4,
                        compress_every=2)

@@ -4,7 +4,6 @@ graph the new tokens' queries span, and the policy through ``lab.infer.generate`
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from flax import nnx
 
 from lab import infer
