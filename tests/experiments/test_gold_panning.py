@@ -7,15 +7,12 @@ import os
 
 import numpy as np
 import pytest
-from flax import nnx
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from configs.gold_panning import get_config
 from experiments import gold_panning
 from lab import zoo
-from lab.hf import save_pretrained
 from lab.methods import gold_panning as gp
-from lab.nn import Transformer, TransformerConfig
+from tests.checkpoints import tiny_qwen3
 
 METHODS = ("single_pass", "psc", "gold_panning", "info_gain", "bayes_random_order",
            "gold_panning_mismatch", "bayes_random_order_mismatch")
@@ -230,19 +227,7 @@ def test_claim_rules_hold_and_fail_on_fabricated_results():
 def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
     """``--config.model=<hf dir>``: a Qwen3 checkpoint loaded by lab.zoo.load_model runs the
     whole experiment, and the report names the directory."""
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["D1: kwfb=417.\nD2: qczd=925.\nkwfb=?\nkwfb=417\nA: 417"] * 10,
-                            trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-               "bos_token": "<|endoftext|>"}, open(tmp_path / "tokenizer_config.json", "w"))
-    cfg = TransformerConfig(vocab_size=tok.get_vocab_size(), d_model=32, n_layers=1, n_heads=2,
-                            n_kv_heads=1, head_dim=16, d_ff=64, max_len=256, qk_norm=True)
-    save_pretrained(Transformer(cfg, rngs=nnx.Rngs(0)), tmp_path, model_type="qwen3")
+    tiny_qwen3(tmp_path, "D1: kwfb=417.\nD2: qczd=925.\nkwfb=?\nkwfb=417\nA: 417")
     config = get_config("test")
     config.model = config.model_mismatch = str(tmp_path)
     out = gold_panning.run(config, str(tmp_path / "out"))

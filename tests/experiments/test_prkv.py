@@ -5,14 +5,11 @@ import json
 
 import numpy as np
 import pytest
-from flax import nnx
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from configs.prkv import get_config
 from experiments import prkv as exp
 from lab.data.synthetic import generate as generate_task
-from lab.hf import save_pretrained
-from lab.nn import Transformer, TransformerConfig
+from tests.checkpoints import tiny_qwen3
 
 
 def check_outputs(out, workdir, config, memory_falls: bool = True):
@@ -238,18 +235,7 @@ def test_zoo_path_end_to_end(tmp_path):
 
 
 def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["The grass is green. abc=417. Number of kqzt? A: 12"] * 10, trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-               "bos_token": "<|endoftext|>"}, open(tmp_path / "tokenizer_config.json", "w"))
-    cfg = TransformerConfig(vocab_size=tok.get_vocab_size(), d_model=32, n_layers=1, n_heads=2,
-                            n_kv_heads=1, head_dim=16, d_ff=64, max_len=256, qk_norm=True)
-    save_pretrained(Transformer(cfg, rngs=nnx.Rngs(0)), tmp_path, model_type="qwen3")
+    tiny_qwen3(tmp_path, "The grass is green. abc=417. Number of kqzt? A: 12")
     config = get_config("test")
     config.model = str(tmp_path)
     work = tmp_path / "out"
