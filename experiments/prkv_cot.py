@@ -149,6 +149,15 @@ def regime_checks(results: dict, config) -> list[dict]:
     ]
 
 
+def main_table(results) -> list[dict]:
+    """Answer accuracy per policy (rows) and budget (columns), the full cache first."""
+    grid = results["grid"]
+    budgets = list(next(iter(grid.values())))
+    rows = [{"policy": "full cache", **{b: results["full"]["accuracy"] for b in budgets}}]
+    return rows + [{"policy": n, **{b: row[b]["accuracy"] for b in budgets}}
+                   for n, row in grid.items()]
+
+
 def _plot(results, config, workdir):
     import matplotlib.pyplot as plt
 
@@ -185,10 +194,7 @@ def run(config, workdir: str) -> dict:
     results["regime"] = regime_checks(results, config)
     results["claims"] = claim_rules(results, config)
     results["seconds"] = time.time() - started
-    rows = [{"policy": "full cache", **{str(b): results["full"]["accuracy"]
-                                        for b in config.eval.budgets}}]
-    rows += [{"policy": n, **{b: v["accuracy"] for b, v in row.items()}}
-             for n, row in grid.items()]
+    rows = main_table(results)
     chain_rows = [{"policy": n, **{b: v["chain_accuracy"] for b, v in row.items()}}
                   for n, row in grid.items()]
     report = "\n".join([
