@@ -42,7 +42,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.eval.batch_size = 8 if test else 64
     # Entries kept per KV head while generating; the context reaches ~81 tokens.
     c.eval.budgets = (48, 32) if test else (64, 56, 48, 40, 32)
-    c.policies = ("streaming_llm", "snapkv", "prkv") if test else POLICIES
+    c.policies = ("streaming_llm", "prkv") if test else POLICIES
 
     # PRKV's power iteration, as in configs/prkv.py.
     c.prkv = ml_collections.ConfigDict()

@@ -54,7 +54,7 @@ def check_outputs(out, workdir, config, memory_falls: bool = True):
     assert over["measured"] == pytest.approx(ee["overhead"])
     assert over["holds"] == (ee["overhead"] <= config.claims.max_overhead)
     # the claims' and the regime's verdicts are their rules applied to the stored numbers
-    assert len(out["claims"]) >= 5
+    assert len(out["claims"]) >= (5 if config.ablation.task else 4)
     assert not any(c["claim"].startswith("kept KV bytes") for c in out["claims"])
     assert saved["regime"] == exp.regime_checks(saved["accuracy"])
     assert [r["measured"] for r in saved["regime"]] == [
@@ -62,6 +62,8 @@ def check_outputs(out, workdir, config, memory_falls: bool = True):
     assert "### variable_tracking" in (workdir / "report.md").read_text()
     # The ablation: every (alpha, kernel) pair at the non-zero ratios; the main configuration's
     # row is the main table's.
+    if not config.ablation.task:
+        return
     ab = saved["ablation"]
     a = config.ablation
     assert ab["task"] == a.task and ab["full"] == saved["accuracy"][a.task]["full"]["0.0"]
@@ -170,11 +172,11 @@ def test_shared_scoring_generates_what_the_policy_generates():
     capacity = 128 + config.eval.max_new_tokens
     for question, variants in ((False, [(0.5, 1)]), (True, [(0.85, 3)])):
         window = int(qlens.max()) if question else None
-        shared = exp.prkv_accuracy(model, tok, x, lengths, d["answer"], ratios=[0.5, 0.75],
+        shared = exp.prkv_accuracy(model, tok, x, lengths, d["answer"], ratios=[0.75],
                                    config=config, capacity=capacity, variants=variants,
                                    question_lengths=qlens if question else None,
                                    window=window)
-        assert set(shared) == {(al, k, r) for al, k in variants for r in (0.5, 0.75)}
+        assert set(shared) == {(al, k, 0.75) for al, k in variants}
         for (al, k, r), got in shared.items():
             over = {"alpha": al, "kernel_size": k, **({"window": window} if question else {})}
             ref = exp.accuracy(model, tok, x, lengths, d["answer"], policy="prkv", ratio=r,
@@ -238,6 +240,9 @@ def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
     tiny_qwen3(tmp_path, "The grass is green. abc=417. Number of kqzt? A: 12")
     config = get_config("test")
     config.model = str(tmp_path)
+    # The checkpoint path, not the tasks: one task and no ablation (the zoo path runs them).
+    config.tasks.names = ["variable_tracking"]
+    config.ablation.task = ""
     work = tmp_path / "out"
     out = exp.run(config, str(work))
     check_outputs(out, work, config, memory_falls=False)

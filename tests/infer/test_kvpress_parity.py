@@ -86,7 +86,9 @@ def kvpress_scores(model, press, tokens) -> list[np.ndarray]:
 
 def lab_kept(model, policy, ratio, tokens, **kwargs) -> np.ndarray:
     """Kept positions ``[L, Hkv, n]`` (sorted) of Lab's compressed prefill cache."""
-    _, cache = infer.prefill(model, jnp.asarray(tokens), policy=policy, ratio=ratio, **kwargs)
+    # One buffer size for every ratio: one compiled prefill per policy.
+    _, cache = infer.prefill(model, jnp.asarray(tokens), policy=policy, ratio=ratio,
+                             capacity=T, **kwargs)
     pos = np.asarray(cache.positions)[:, 0]                      # [L, Hkv, C]
     n = int((pos[0, 0] >= 0).sum())
     return np.sort(np.where(pos >= 0, pos, T + 1), axis=-1)[..., :n]
