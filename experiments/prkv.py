@@ -169,19 +169,10 @@ def _texts(tok, tokens, lengths) -> list[str]:
             for row, n in zip(np.asarray(tokens), np.asarray(lengths), strict=True)]
 
 
-@functools.partial(jax.jit, static_argnames=("alpha", "iters", "graph"))
-def _prkv_scores(cache, stats, *, alpha, iters, graph):
-    t = stats.all_queries.shape[3]
-    return prkv_lib.prkv_scores_matrix_free(
-        stats.all_queries, cache.keys, cache.positions[0, :, 0],
-        prkv_lib.observed_restart(stats, t), alpha=alpha, iters=iters, graph=graph,
-        causal_slots=True)                       # as the policy: slot = position
-
-
-@functools.partial(jax.jit, static_argnames=("n_sink", "n_recent", "kernel_size"))
-def _prkv_keep(cache, stats, scores, budget, *, n_sink, n_recent, kernel_size):
-    return prkv_lib.keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
-                         kernel_size=kernel_size)
+# The policy's two steps, jitted apart so that one solve serves every ratio and pooling.
+_prkv_scores = jax.jit(prkv_lib.prefill_scores, static_argnames=("alpha", "iters", "graph",
+                                                                 "impl"))
+_prkv_keep = jax.jit(prkv_lib.keep, static_argnames=("n_sink", "n_recent", "kernel_size"))
 
 
 def prkv_accuracy(model, tok, x, lengths, answers, *, ratios, config, capacity, variants,
@@ -314,21 +305,27 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
     return out
 
 
-def _nbytes(shape, dtype) -> int:
-    return int(np.prod(shape)) * jnp.dtype(dtype).itemsize
+def _tree_bytes(tree) -> int:
+    return sum(int(v.size) * jnp.dtype(v.dtype).itemsize for v in jax.tree.leaves(tree))
+
+
+def stat_shapes(cfg, needs, batch: int, t: int, window: int) -> dict:
+    """``{field: ShapeDtypeStruct}`` of the :class:`lab.infer.policies.Stats` fields the
+    statistics ``needs`` fill for ``batch`` prompts of ``t`` tokens (attention float32,
+    queries in the model's dtype; the window's query positions with its queries)."""
+    lbh, w = (cfg.n_layers, batch, cfg.n_heads), min(window, t)
+    every = {"attn": ((*lbh, t, t), jnp.float32), "attn_colsum": ((*lbh, t), jnp.float32),
+             "queries": ((*lbh, w, cfg.head_dim), cfg.jnp_dtype),
+             "all_queries": ((*lbh, t, cfg.head_dim), cfg.jnp_dtype)}
+    out = {n: jax.ShapeDtypeStruct(*every[n]) for n in needs}
+    if "queries" in needs:
+        out["query_positions"] = jax.ShapeDtypeStruct((batch, w), jnp.int32)
+    return out
 
 
 def stat_bytes(cfg, needs, batch: int, t: int, window: int) -> int:
-    """Bytes of the prefill statistics ``needs`` for ``batch`` prompts of ``t`` tokens
-    (:class:`lab.infer.policies.Stats`' shapes: attention float32, queries in the model's
-    dtype)."""
-    lbh = (cfg.n_layers, batch, cfg.n_heads)
-    sizes = {"attn": _nbytes((*lbh, t, t), jnp.float32),
-             "attn_colsum": _nbytes((*lbh, t), jnp.float32),
-             "queries": _nbytes((*lbh, min(window, t), cfg.head_dim), cfg.jnp_dtype)
-             + _nbytes((batch, min(window, t)), jnp.int32),
-             "all_queries": _nbytes((*lbh, t, cfg.head_dim), cfg.jnp_dtype)}
-    return sum(sizes[n] for n in needs)
+    """Bytes of the prefill statistics ``needs`` (:func:`stat_shapes`)."""
+    return _tree_bytes(stat_shapes(cfg, needs, batch, t, window))
 
 
 def memory_costs(model, tok, x, names, ratios, config) -> dict:
@@ -354,24 +351,14 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
     b, t = x.shape
     lengths = np.full((b,), t, np.int32)
     top, evicting = max(ratios), [r for r in ratios if r > 0]
-    state = nnx.state(model)
-    weights = sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(state))
-    prompt_cache = sum(int(v.size) * v.dtype.itemsize
-                       for v in jax.tree.leaves(KVCache.init(cfg, b, t)))
+    weights = _tree_bytes(nnx.state(model))
     cache = KVCache.init(cfg, b, t)
+    prompt_cache = _tree_bytes(cache)
     budget = jax.ShapeDtypeStruct((b,), jnp.int32)
 
     def scoring_temp(pol, kwargs):
-        st = {n: jax.ShapeDtypeStruct(s, d) for n, s, d in (
-            ("attn", (cfg.n_layers, b, cfg.n_heads, t, t), jnp.float32),
-            ("attn_colsum", (cfg.n_layers, b, cfg.n_heads, t), jnp.float32),
-            ("queries", (cfg.n_layers, b, cfg.n_heads, min(e.window, t), cfg.head_dim),
-             cfg.jnp_dtype),
-            ("all_queries", (cfg.n_layers, b, cfg.n_heads, t, cfg.head_dim), cfg.jnp_dtype))
-            if n in pol.needs}
-        if "queries" in pol.needs:
-            st["query_positions"] = jax.ShapeDtypeStruct((b, min(e.window, t)), jnp.int32)
-        stats = policies.Stats(lengths=jax.ShapeDtypeStruct((b,), jnp.int32), **st)
+        stats = policies.Stats(lengths=jax.ShapeDtypeStruct((b,), jnp.int32),
+                               **stat_shapes(cfg, pol.needs, b, t, e.window))
         fn = jax.jit(functools.partial(pol.fn, **kwargs))
         return int(fn.lower(cache, stats, budget).compile().memory_analysis().temp_size_in_bytes)
 
@@ -392,8 +379,7 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
         kept = int(policies.budgets([t], r)[0]) if (r and pol.evicts) else t
         row = {"peak": mem["total"], "arguments": mem["arguments"], "outputs": mem["outputs"],
                "temp": mem["temp"],
-               "decode_cache": sum(int(v.size) * v.dtype.itemsize for v in jax.tree.leaves(
-                   KVCache.init(cfg, b, kept + e.max_new_tokens))),
+               "decode_cache": _tree_bytes(KVCache.init(cfg, b, kept + e.max_new_tokens)),
                "statistics": stat_bytes(cfg, pol.needs if (r and pol.evicts) else (), b, t,
                                         e.window),
                "scoring_temp": temps.get(name, 0) if (r and pol.evicts) else 0}

@@ -59,10 +59,10 @@ from lab.nn.cache import KVCache
 
 GRAPHS = ("group", "head")
 
-__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "keep", "observed_restart",
-           "personalized_pagerank", "prkv",
-           "prkv_dense", "prkv_scores", "prkv_scores_matrix_free", "span_restart",
-           "transition_graph", "window_restart"]
+__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "decoding_scores", "keep",
+           "observed_restart", "personalized_pagerank", "prefill_scores", "prkv", "prkv_dense",
+           "prkv_scores", "prkv_scores_matrix_free", "span_restart", "transition_graph",
+           "window_restart"]
 
 
 def window_restart(lengths: jax.Array, t: int, window: int) -> jax.Array:
@@ -230,6 +230,23 @@ def decoding_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters:
     return pi.mean(3)
 
 
+def prefill_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters: int = 50,
+                   graph: str = "group", impl: str | None = None) -> jax.Array:
+    """PRKV's PageRank scores ``[L, B, Hkv, T]`` of the uncompressed prefill cache: the
+    attention of ``Stats.all_queries`` over the cache's keys, matrix-free
+    (:func:`prkv_scores_matrix_free`; slot = position in a prefill cache, so the masked key
+    tiles past each query group are skipped), restarting at the captured queries'
+    positions (:func:`observed_restart`). They do not depend on the budget: one solve
+    serves every ratio (:func:`keep`)."""
+    if stats.all_queries is None or stats.query_positions is None:
+        raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
+                         "it with needs=('all_queries', 'queries')")
+    t = stats.all_queries.shape[3]
+    return prkv_scores_matrix_free(stats.all_queries, cache.keys, cache.positions[0, :, 0],
+                                   observed_restart(stats, t), alpha=alpha, iters=iters,
+                                   graph=graph, impl=impl, causal_slots=True)
+
+
 def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
          graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
          impl: str | None = None) -> KVCache:
@@ -243,9 +260,7 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     positions before the top-k, as SnapKV pools its scores
     (:func:`lab.infer.kvpress.avg_pool`; 1 = off). The graph is the attention of
     ``Stats.all_queries`` over the cache's keys, never materialised
-    (:func:`prkv_scores_matrix_free`; the prefill cache holds slot = position, so the
-    masked key tiles past each query group are skipped). Runs on the uncompressed prefill
-    cache, as every policy does.
+    (:func:`prefill_scores`). Runs on the uncompressed prefill cache, as every policy does.
 
     While decoding (``generate(..., compress_every=)``), where only the queries of the
     tokens written since the last compression exist (``Stats.all_queries`` is None), the
@@ -256,15 +271,9 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
                                  impl=impl)
         return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
                     kernel_size=kernel_size)
-    if stats.all_queries is None or stats.query_positions is None:
-        raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
-                         "it with needs=('all_queries', 'queries')")
-    t = stats.all_queries.shape[3]
-    _check_budget(budget, cache, t)
-    positions = cache.positions[0, :, 0]                          # [B, T]: slot = position
-    scores = prkv_scores_matrix_free(stats.all_queries, cache.keys, positions,
-                                     observed_restart(stats, t), alpha=alpha, iters=iters,
-                                     graph=graph, impl=impl, causal_slots=True)
+    if stats.all_queries is not None:
+        _check_budget(budget, cache, stats.all_queries.shape[3])
+    scores = prefill_scores(cache, stats, alpha=alpha, iters=iters, graph=graph, impl=impl)
     return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
                 kernel_size=kernel_size)
 
