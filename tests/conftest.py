@@ -1,7 +1,16 @@
-"""Test-wide settings: a private zoo cache per session, float32 everywhere."""
+"""Test-wide settings: a private zoo cache and a private compilation cache per session.
+
+Both are set before anything imports JAX, so pytest-xdist's workers, notebook kernels and
+the subprocesses tests start inherit them. Many tests compile the same programs (an
+experiment's ``test`` preset from its launcher test, its notebook and the main-job test);
+JAX's persistent compilation cache compiles each once per session.
+"""
 
 import os
 import tempfile
 
 # Zoo models trained by tests go to a throwaway cache unless the caller chose one.
 os.environ.setdefault("LAB_CACHE", tempfile.mkdtemp(prefix="lab-test-cache-"))
+# XLA executables: a throwaway cache too, for programs that take over 0.2 s to compile.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="lab-test-xla-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
