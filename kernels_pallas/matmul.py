@@ -18,9 +18,9 @@ kernels have no epilogue hook and store the product in the operand dtype, so wit
 Mosaic backend the epilogue runs as XLA ops afterwards (``fuse_epilogue`` must be off),
 ``num_stages`` is their ``max_concurrent_steps`` (TMA copies in flight), ``split_k``,
 ``group_m`` and ``grid_order`` must keep their defaults, and the shapes must divide into
-the CTA tiles (Hopper's CTA is ``block_m x 2*block_n``: two consumer warpgroups). The kernel follows the structure of
-``jax.experimental.pallas.ops.gpu`` kernels: a grid over output tiles, a
-``fori_loop`` over K inside, ``pl.ds`` slices of the K panel.
+the CTA tiles (Hopper's CTA is ``block_m x 2*block_n``: two consumer warpgroups).
+The Triton kernel follows the structure of ``jax.experimental.pallas.ops.gpu`` kernels:
+a grid over output tiles, a ``fori_loop`` over K inside, ``pl.ds`` slices of the K panel.
 
 ``scaled_matmul(qa, qb, ...)`` multiplies two :class:`~kernels_pallas.lowp.QuantizedArray`
 operands (``a [M, K]`` quantised along K, ``b [K, N]`` quantised along K, i.e.

@@ -5,8 +5,8 @@
 - :mod:`.strategies`: the ten :class:`Strategy` records and :func:`describe`.
 - :mod:`.checks`: the per-architecture test (interpret-mode correctness,
   :func:`unit_test` of any kernel lowered for the target platform against the target's
-  hardware facts, with its negative case :func:`check_without`, JAX's expert Mosaic GPU kernels in GPU
-  interpret mode where the interpreter supports them, and on that hardware
+  hardware facts, with its negative case :func:`check_without`, JAX's expert Mosaic GPU
+  kernels in GPU interpret mode where the interpreter supports them, and on that hardware
   device-code markers and the speedup over the unoptimised kernel).
 """
 
@@ -25,5 +25,5 @@ from kernels_pallas.taxonomy.strategies import STRATEGIES, Strategy, describe, g
 from kernels_pallas.taxonomy.workloads import Workload
 
 __all__ = ["ARCHITECTURES", "NAMES", "STRATEGIES", "CheckResult", "Strategy", "Workload",
-           "check_expert_interpret", "check_hardware", "check_interpret", "check_lowering", "check_without",
-           "describe", "detect", "get", "run_all", "unit_test", "workload_for"]
+           "check_expert_interpret", "check_hardware", "check_interpret", "check_lowering",
+           "check_without", "describe", "detect", "get", "run_all", "unit_test", "workload_for"]

@@ -168,8 +168,8 @@ def target_tests(w: wl.Workload, target: str, params: dict) -> dict[str, str]:
 
 def numerical_check(w: wl.Workload, params: dict, on_target: bool) -> tuple[bool, float]:
     """Compiled at full shape on the target; interpret mode at the proxy shape elsewhere.
-    A kernel the host's interpreter cannot run (Blackwell's tensor memory) fails: it was not
-    checked."""
+    A kernel the host cannot build or interpret (Blackwell's tensor memory; a Mosaic GPU
+    kernel over the shared memory) fails: it was not checked."""
     if on_target:
         args = wl.make_inputs(w)
         err = wl.max_rel_error(wl.run_kernel(w, params, args, interpret=False),
@@ -177,7 +177,7 @@ def numerical_check(w: wl.Workload, params: dict, on_target: bool) -> tuple[bool
         return err <= wl.tolerance(w, params), err
     try:
         return wl.check(proxy_workload(w, params), params)
-    except NotImplementedError:
+    except Exception:  # noqa: BLE001  (not runnable here, e.g. Blackwell's tensor memory)
         return False, math.inf
 
 
