@@ -1,10 +1,15 @@
-"""The per-architecture unit test of a strategy, in four parts.
+"""The per-architecture unit test of a strategy, and its parts.
 
-1. :func:`check_interpret`: the arch's expert example runs in Pallas interpret
+1. :func:`unit_test`: strategy ``s``'s test on target ``arch`` applied to one kernel (a
+   search candidate or the strategy's example): the kernel lowered for the target's
+   platform (``cuda`` / ``rocm``) from this host, its :class:`KernelFacts` (backend,
+   Triton grid and compiler parameters, Mosaic GPU ops, StableHLO around the call, the
+   strategy's ``lowering_markers``) and its parameters checked against the target's
+   :class:`~kernels_pallas.taxonomy.arch.Hardware`. Structural, not a run.
+   :func:`check_lowering` applies it to the example (must pass), :func:`check_without` to
+   the unoptimised baseline (must fail).
+2. :func:`check_interpret`: the arch's expert example runs in Pallas interpret
    mode (any host) and matches the XLA reference within the workload tolerance.
-2. :func:`check_lowering`: the example lowers for the arch's platform (``cuda``
-   or ``rocm``) from this host, through the Triton backend, and the lowered
-   module holds the strategy's ``lowering_markers``. Structural, not a run.
 3. :func:`check_expert_interpret`: where the record names a Mosaic GPU expert
    kernel (TMA, warp specialisation), that kernel in JAX's GPU interpreter.
 4. :func:`check_hardware`: only on that hardware: the compiled device code (PTX
@@ -310,6 +315,7 @@ class KernelFacts:
     num_warps: int | None
     device_ops: str                # the kernel's own IR (Triton or Mosaic GPU bytecode), text
     outside: str                   # the StableHLO around the kernel call
+    module: str = ""               # the whole lowered module as text
 
 
 @functools.lru_cache(maxsize=512)
@@ -326,7 +332,7 @@ def _facts(w: wl.Workload, params_items: tuple, platform: str) -> KernelFacts:
     blobs = re.findall(r'(?:ir|module) = "((?:[^"\\]|\\.)*)"', text)
     device = b"\n".join(_unescape(b) for b in blobs).decode("latin-1")
     outside = re.sub(r'(?:ir|module) = "(?:[^"\\]|\\.)*"', "", text)
-    return KernelFacts(backend, grid, num["num_stages"], num["num_warps"], device, outside)
+    return KernelFacts(backend, grid, num["num_stages"], num["num_warps"], device, outside, text)
 
 
 def kernel_facts(w: wl.Workload, params: dict, platform: str) -> KernelFacts:
@@ -490,5 +496,11 @@ def unit_test(s: Strategy, arch: str, w: wl.Workload, params: dict,
             return _result(s, arch, "unit", False, f"does not lower for {a.platform}: "
                            f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
     bad = _rule(s.name, arch, w, params, facts, pw)
+    if facts is not None and facts.backend == "triton" and w.op == s.interpret_workload.op:
+        # the markers are written for the op of the strategy's example (matmuls)
+        missing = [m for m in (m.format(**params) for m in s.lowering_markers)
+                   if m not in facts.module]
+        if missing:
+            bad.append(f"the lowered module lacks {missing}")
     return _result(s, arch, "unit", not bad, "; ".join(bad) or
                    f"uses {s.name} as {arch} provides it ({s.support[arch]})")

@@ -4,16 +4,17 @@ Each :class:`Strategy` says what it exploits, how each target architecture
 provides it (absent = the architecture lacks the feature), its expert example
 (a workload and, per architecture, the kernel parameters an expert picks), the
 unoptimised baseline the example must beat on hardware, and what to look for in
-code: ``lowering_markers`` (``{field}`` filled from the parameters) in the
-module lowered for the target's platform (a check a CPU host can run),
+code: ``lowering_markers`` (``{field}`` filled from the parameters) in the Triton
+module lowered for the target's platform, one of the facts
+:func:`~kernels_pallas.taxonomy.checks.unit_test` checks (a CPU host can run it),
 ``device_markers[arch]`` in the compiled device code (PTX/SASS or AMDGCN;
 checked only on that hardware).
 
 Examples run at a small "interpret" shape on CPU (the correctness test) and at
 a "hardware" shape on a GPU (the payoff test). Where a feature is reachable only
 through the Mosaic GPU backend (TMA bulk copies, warp specialisation), the
-record names JAX's expert Mosaic GPU kernels as ``hardware_example``; they run
-only on that hardware.
+record names JAX's expert Mosaic GPU kernels as ``hardware_example``, and the
+examples themselves select them through ``MatmulConfig.backend``.
 """
 
 from __future__ import annotations

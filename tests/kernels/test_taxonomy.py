@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from kernels_pallas import taxonomy as tx
-from kernels_pallas.taxonomy import arch, checks
+from kernels_pallas.taxonomy import arch, checks, strategies
 from kernels_pallas.taxonomy import workloads as wl
 
 PAIRS = [(s.name, a) for s in tx.STRATEGIES for a in tx.NAMES]
@@ -105,6 +105,10 @@ def test_lowered_facts_decide_not_only_the_parameters(monkeypatch):
     monkeypatch.setattr(checks, "kernel_facts", lambda *a: lying)
     r = tx.unit_test(s, "hopper", w, p)
     assert r.status == "fail" and "module has num_stages=1" in r.detail
+    no_dot = dataclasses.replace(facts, module=facts.module.replace(strategies.DOT, ""))
+    monkeypatch.setattr(checks, "kernel_facts", lambda *a: no_dot)
+    r = tx.unit_test(tx.get("tiling"), "hopper", w, p)
+    assert r.status == "fail" and "the lowered module lacks" in r.detail
     ws = tx.get("warp_specialization")
     mosaic = dataclasses.replace(facts, backend="mosaic", device_ops="cp.async.bulk.tensor")
     monkeypatch.setattr(checks, "kernel_facts", lambda *a: mosaic)
