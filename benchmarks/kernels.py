@@ -2,17 +2,27 @@
 
   python benchmarks/kernels.py            # CPU: interpret-mode correctness only
   python benchmarks/kernels.py --repeats 50   # GPU: median times and ratios
+  python benchmarks/kernels.py --device   # GPU only: each taxonomy strategy's kernel vs XLA
 
 On a CPU the kernels can only run in Pallas interpret mode, whose time says
 nothing about GPU speed, so the benchmark reports correctness (max relative
 error against the XLA reference) and says that no speed was measured. On a GPU
 it times the compiled kernel and the XLA op at realistic shapes (median of
 ``--repeats`` runs after a warm-up) and prints the ratio XLA time / kernel time.
+
+``--device`` times, on the GPU this process runs on (one of the taxonomy's four
+targets), each strategy's expert kernel for that target at its hardware shape next to
+XLA (``jnp.dot``, i.e. cuBLAS/hipBLASLt, for the matmuls) and next to the strategy's
+unoptimised baseline, and prints the side-by-side ratios. The whole run stays under five
+minutes (kernels past ``--budget-s`` are listed as not timed). Without a GPU it says so
+and exits with status 2: nothing is timed and nothing is reported as measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 import time
 
 import jax
@@ -71,10 +81,75 @@ def run(repeats: int = 20) -> list[dict]:
     return rows
 
 
+def _time_strategy(s, target: str, w: wl.Workload, repeats: int) -> dict:
+    """The example of ``s`` for ``target`` on ``w``: error, kernel / XLA / baseline times."""
+    params, args = s.params[target], wl.make_inputs(w)
+    err = wl.max_rel_error(wl.run_kernel(w, params, args, interpret=False),
+                           wl.run_reference(w, args))
+    t_k = _median(lambda: wl.run_kernel(w, params, args, interpret=False), repeats)
+    t_x = _median(lambda: wl.run_reference(w, args), repeats)
+    base_w = w
+    if s.name == "mma":   # the baseline is the same tiles on float32 operands
+        base_w = dataclasses.replace(w, dtype="float32")
+    elif s.name == "block_scaled_lowp":   # the baseline is the unscaled bf16 matmul
+        base_w = wl.Workload("matmul", w.shape, "bfloat16")
+    base_args = args if base_w is w else wl.make_inputs(base_w)
+    t_b = _median(lambda: wl.run_kernel(base_w, s.baseline, base_args, interpret=False),
+                  repeats)
+    return dict(status="measured", max_rel_err=err, ok=err <= wl.tolerance(w, params),
+                kernel_ms=t_k * 1e3, xla_ms=t_x * 1e3, xla_over_kernel=t_x / t_k,
+                baseline_ms=t_b * 1e3, baseline_over_kernel=t_b / t_k)
+
+
+def run_device(repeats: int = 10, budget_s: float = 270.0) -> list[dict]:
+    """One row per strategy the running target has: its kernel vs XLA and vs its baseline."""
+    from kernels_pallas import taxonomy as tx
+
+    target = tx.detect()
+    if target is None:
+        dev = jax.devices()[0]
+        raise RuntimeError(f"no GPU of the taxonomy's targets here ({dev.platform}:"
+                           f"{dev.device_kind})")
+    started, rows = time.perf_counter(), []
+    for s in tx.STRATEGIES:
+        if not s.supported(target):
+            rows.append({"strategy": s.name, "target": target, "status": "target lacks it"})
+            continue
+        w = tx.workload_for(s, target, "hardware")
+        row = {"strategy": s.name, "target": target, "shape": "x".join(map(str, w.shape)),
+               "dtype": w.dtype}
+        if time.perf_counter() - started > budget_s:
+            rows.append(dict(row, status=f"not timed: past the {budget_s:.0f} s budget"))
+            continue
+        try:
+            rows.append(dict(row, **_time_strategy(s, target, w, repeats)))
+        except Exception as e:  # noqa: BLE001  (a kernel that fails here is reported)
+            rows.append(dict(row, status=f"failed: {type(e).__name__}: {str(e)[:120]}"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", action="store_true",
+                        help="GPU only: time every strategy's kernel vs XLA and its baseline")
+    parser.add_argument("--budget-s", type=float, default=270.0)
     args = parser.parse_args()
+    dev = jax.devices()[0]
+    if args.device:
+        from kernels_pallas import taxonomy as tx
+        from lab.outputs import markdown_table
+
+        if dev.platform not in ("gpu", "cuda", "rocm") or tx.detect() is None:
+            print(f"no GPU present (device {dev.platform}:{dev.device_kind}; --device needs an "
+                  "Ampere, Hopper, Blackwell or MI350 GPU): nothing was timed.", file=sys.stderr)
+            sys.exit(2)
+        rows = run_device(min(args.repeats, 10), args.budget_s)
+        print(f"device: {dev.platform}:{dev.device_kind} (target {tx.detect()})")
+        print(markdown_table(rows, ["strategy", "target", "shape", "dtype", "status", "ok",
+                                    "kernel_ms", "xla_ms", "xla_over_kernel", "baseline_ms",
+                                    "baseline_over_kernel"]))
+        return
     dev = jax.devices()[0]
     rows = run(args.repeats)
     print(f"device: {dev.platform}:{dev.device_kind}")

@@ -7,9 +7,20 @@ a GEMM: tile sizes (tiling for the memory hierarchy), ``num_stages`` (software
 pipelining depth; Triton's ``num_stages`` on GPU), ``num_warps``, ``split_k``
 (parallel partial sums over K, reduced afterwards), ``group_m`` / ``grid_order``
 (grid swizzling for L2 reuse, the grouped ordering of Triton's matmul
-tutorial) and the fused epilogue. The kernel follows the structure of
-``jax.experimental.pallas.ops.gpu`` kernels: a grid over output tiles, a
-``fori_loop`` over K inside, ``pl.ds`` slices of the K panel.
+tutorial), the fused epilogue and ``backend``: ``"triton"`` (this module's kernel, lowered
+through Pallas' Triton backend on NVIDIA and AMD GPUs) or a Mosaic GPU path,
+``"mosaic_hopper"`` / ``"mosaic_blackwell"``: JAX's expert Mosaic GPU matmuls
+(``jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu`` and ``blackwell_matmul_mgpu``),
+whose operand tiles reach shared memory by TMA bulk tensor copies issued by a producer
+warp(group) while consumer warpgroups (Hopper: wgmma, with ``setmaxnreg`` register
+reallocation) or an MMA warp (Blackwell: tcgen05 into tensor memory) compute. Those two
+kernels have no epilogue hook and store the product in the operand dtype, so with a
+Mosaic backend the epilogue runs as XLA ops afterwards (``fuse_epilogue`` must be off),
+``num_stages`` is their ``max_concurrent_steps`` (TMA copies in flight), ``split_k``,
+``group_m`` and ``grid_order`` must keep their defaults, and the shapes must divide into
+the CTA tiles (Hopper's CTA is ``block_m x 2*block_n``: two consumer warpgroups).
+The Triton kernel follows the structure of ``jax.experimental.pallas.ops.gpu`` kernels:
+a grid over output tiles, a ``fori_loop`` over K inside, ``pl.ds`` slices of the K panel.
 
 ``scaled_matmul(qa, qb, ...)`` multiplies two :class:`~kernels_pallas.lowp.QuantizedArray`
 operands (``a [M, K]`` quantised along K, ``b [K, N]`` quantised along K, i.e.
@@ -41,6 +52,7 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 GRID_ORDERS = ("mn", "nm")
+BACKENDS = ("triton", "mosaic_hopper", "mosaic_blackwell")
 _STATIC = ("activation", "scale", "out_dtype", "config", "interpret", "triton")
 
 
@@ -56,6 +68,7 @@ class MatmulConfig:
     split_k: int = 1
     group_m: int = 1
     grid_order: str = "mn"
+    backend: str = "triton"
 
     def validate(self) -> MatmulConfig:
         for f in ("block_m", "block_n", "block_k", "num_stages", "num_warps", "split_k",
@@ -66,7 +79,21 @@ class MatmulConfig:
         if self.grid_order not in GRID_ORDERS:
             raise ValueError(f"MatmulConfig.grid_order={self.grid_order!r}; expected one of "
                              f"{GRID_ORDERS}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"MatmulConfig.backend={self.backend!r}; expected one of {BACKENDS}")
+        if self.backend != "triton":
+            fixed = {"split_k": 1, "group_m": 1, "grid_order": "mn"}
+            bad = {f: getattr(self, f) for f, v in fixed.items() if getattr(self, f) != v}
+            if bad:
+                raise ValueError(f"MatmulConfig.backend={self.backend!r} with {bad}; the Mosaic "
+                                 f"GPU kernels expect {fixed}")
         return self
+
+    def cta_tile(self) -> tuple[int, int]:
+        """Output rows x columns one program (CTA) computes."""
+        if self.backend == "mosaic_hopper":   # two consumer warpgroups side by side along N
+            return self.block_m, 2 * self.block_n
+        return self.block_m, self.block_n
 
 
 def tile_coords(t, n_m: int, n_n: int, group_m: int, grid_order: str):
@@ -142,6 +169,10 @@ def matmul_kernel(a, b, *, bias=None, activation=None, scale=None, out_dtype=Non
                          f"{sorted(map(str, ACTIVATIONS))}")
     cfg = (config or MatmulConfig()).validate()
     out_dtype = out_dtype or a.dtype
+    if cfg.backend != "triton":
+        out = mosaic_matmul(a, b, cfg, interpret)
+        bias_v = None if bias is None else bias.astype(jnp.float32)
+        return _epilogue(out.astype(jnp.float32), bias_v, scale, activation).astype(out_dtype)
     m, n = a.shape[0], b.shape[1]
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     ap = _pad_to(_pad_to(a, 0, bm), 1, bk)
@@ -194,6 +225,51 @@ def matmul_kernel(a, b, *, bias=None, activation=None, scale=None, out_dtype=Non
         out = _epilogue(out.sum(0), None if bias_v is None else bias_v.astype(jnp.float32),
                         scale, activation).astype(out_dtype)
     return out[:m, :n]
+
+
+def mosaic_matmul(a, b, config: MatmulConfig, interpret: bool = False):
+    """``a @ b`` by JAX's expert Mosaic GPU kernel named by ``config.backend`` (module
+    docstring), stored in the operand dtype. ``interpret=True`` runs it in JAX's GPU
+    interpreter (shared memory, barriers, TMA copies and warpgroups simulated on the host;
+    jax 0.10 does not simulate Blackwell's tensor memory, so that path raises
+    ``NotImplementedError`` there)."""
+    m, k = a.shape
+    n = b.shape[1]
+    if a.dtype != b.dtype or a.dtype not in (jnp.bfloat16, jnp.float16):
+        raise ValueError(f"backend={config.backend!r} needs bfloat16 or float16 operands of one "
+                         f"dtype; got {a.dtype} and {b.dtype}")
+    tm, tn = config.cta_tile()
+    if m % tm or n % tn or k % config.block_k:
+        raise ValueError(f"backend={config.backend!r}: shape M={m}, N={n}, K={k} must divide "
+                         f"into CTA tiles {tm}x{tn} and block_k={config.block_k}")
+    import contextlib
+    from unittest import mock
+
+    if config.backend == "mosaic_hopper":
+        from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as mod
+
+        cfg = mod.TuningConfig(tile_m=config.block_m, tile_n=config.block_n,
+                               tile_k=config.block_k, max_concurrent_steps=config.num_stages,
+                               epi_tile_n=None, epi_tile_m=None)
+        run = lambda: mod.matmul(a, b, None, cfg)  # noqa: E731
+    else:
+        from jax.experimental.pallas.ops.gpu import blackwell_matmul_mgpu as mod
+
+        cfg = mod.TuningConfig(tile_m=config.block_m, tile_n=config.block_n,
+                               tile_k=config.block_k, max_concurrent_steps=config.num_stages,
+                               collective=False, epilogue_tile_n=min(64, config.block_n))
+        run = lambda: mod.matmul_kernel(a, b, cfg)  # noqa: E731
+    with contextlib.ExitStack() as stack:
+        if interpret or dispatch.platform() != "gpu":
+            # the persistent grid reads the SM count from a GPU; a host without one (GPU
+            # interpreter, or lowering for CUDA from a CPU) gets one SM
+            if hasattr(mod, "get_num_sms"):
+                stack.enter_context(mock.patch.object(mod, "get_num_sms", lambda: 1))
+        if interpret:
+            from jax._src.pallas.mosaic_gpu.interpret.params import force_gpu_interpret_mode
+
+            stack.enter_context(force_gpu_interpret_mode())
+        return run()
 
 
 def matmul(a, b, *, bias=None, activation=None, scale=None, out_dtype=None,

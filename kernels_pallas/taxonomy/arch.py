@@ -42,6 +42,47 @@ ARCHITECTURES: dict[str, Architecture] = {
 NAMES = tuple(ARCHITECTURES)
 
 
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """The facts of a target that the taxonomy's unit tests decide on (vendor ISA guides:
+    PTX ISA 8.x for mma.sync / wgmma / tcgen05 shapes, CDNA4 ISA for MFMA, the vendors'
+    tuning guides for shared memory, SM/CU counts and pipelining depths)."""
+
+    mma_tile: tuple[int, int, int]  # M, N, K multiples one tensor/matrix-core MMA needs
+    mma_dtypes: tuple[str, ...]     # operand dtypes / formats the MMA takes natively
+    warpgroup_mma: bool             # the MMA is issued by a 4-warp warpgroup (num_warps % 4)
+    smem_kb: int                    # shared memory (LDS) per SM/CU a kernel may use
+    units: int                      # SMs / CUs
+    stages: tuple[int, int]         # software-pipelining depths the compiler pipelines
+    backends: tuple[str, ...]       # kernels_pallas.matmul backends that compile for it
+    l2_mb: float                    # last-level cache shared by the SMs/CUs
+    tma: bool                       # bulk tensor copies (TMA) and warp specialisation
+
+
+_BF16 = ("bfloat16", "bf16", "float16")
+_FP8 = ("float8_e4m3fn", "fp8_e4m3", "fp8_e5m2")
+HARDWARE: dict[str, Hardware] = {
+    # mma.sync.m16n8k16; Triton pipelines cp.async stages while shared memory lasts
+    "ampere": Hardware((16, 8, 16), _BF16, False, 164, 108, (2, 6), ("triton",), 40, False),
+    # wgmma.m64nNk16 from one warpgroup; TMA + setmaxnreg through Mosaic GPU
+    "hopper": Hardware((64, 8, 16), _BF16 + _FP8, True, 228, 132, (2, 6),
+                       ("triton", "mosaic_hopper"), 50, True),
+    # tcgen05.mma cta_group::1 at full rate with M = 128; FP4 block-scaled kinds
+    "blackwell": Hardware((128, 16, 16), _BF16 + _FP8 + ("mxfp4", "nvfp4"), True, 228, 148,
+                          (2, 6), ("triton", "mosaic_blackwell"), 126, True),
+    # v_mfma_f32_32x32x16 (bf16/fp8) and the MXFP4 scaled MFMA; AMD's Triton guide pipelines
+    # GEMMs with num_stages=2 (LDS double buffering)
+    "mi350": Hardware((32, 32, 16), _BF16 + _FP8 + ("mxfp4",), False, 160, 256, (2, 2),
+                      ("triton",), 256, False),
+}
+
+
+def hardware(name: str) -> Hardware:
+    """The :class:`Hardware` facts of target ``name`` (``ValueError`` if unknown)."""
+    get(name)
+    return HARDWARE[name]
+
+
 def get(name: str) -> Architecture:
     """The :class:`Architecture` called ``name``; ``ValueError`` listing the targets otherwise."""
     if name not in ARCHITECTURES:

@@ -4,16 +4,17 @@ Each :class:`Strategy` says what it exploits, how each target architecture
 provides it (absent = the architecture lacks the feature), its expert example
 (a workload and, per architecture, the kernel parameters an expert picks), the
 unoptimised baseline the example must beat on hardware, and what to look for in
-code: ``lowering_markers`` (``{field}`` filled from the parameters) in the
-module lowered for the target's platform (a check a CPU host can run),
+code: ``lowering_markers`` (``{field}`` filled from the parameters) in the Triton
+module lowered for the target's platform, one of the facts
+:func:`~kernels_pallas.taxonomy.checks.unit_test` checks (a CPU host can run it),
 ``device_markers[arch]`` in the compiled device code (PTX/SASS or AMDGCN;
 checked only on that hardware).
 
 Examples run at a small "interpret" shape on CPU (the correctness test) and at
 a "hardware" shape on a GPU (the payoff test). Where a feature is reachable only
 through the Mosaic GPU backend (TMA bulk copies, warp specialisation), the
-record names JAX's expert Mosaic GPU kernels as ``hardware_example``; they run
-only on that hardware.
+record names JAX's expert Mosaic GPU kernels as ``hardware_example``, and the
+examples themselves select them through ``MatmulConfig.backend``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kernels_pallas.taxonomy.arch import NAMES
 from kernels_pallas.taxonomy.workloads import Workload
 
 _MM = dict(block_m=64, block_n=64, block_k=32, num_stages=2, num_warps=4, split_k=1, group_m=1,
-           grid_order="mn", fuse_epilogue=True)
+           grid_order="mn", backend="triton", fuse_epilogue=True)
 DOT = "\\00dot\\00"  # the tt.dot op name in the Triton module's string table
 UNTILED = dict(_MM, block_m=16, block_n=16, block_k=16, num_stages=1)
 
@@ -112,35 +113,37 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "bulk_copy", "asynchronous bulk tensor copies (TMA): one thread issues a whole tile "
         "copy global->shared, freeing the warps and the register file",
-        {"ampere": "cp.async (16-byte async copies; no bulk tensor copies)",
-         "hopper": "TMA (cp.async.bulk.tensor)", "blackwell": "TMA (cp.async.bulk.tensor)"},
+        {"hopper": "TMA (cp.async.bulk.tensor)", "blackwell": "TMA (cp.async.bulk.tensor)"},
         MM_SMALL, MM_BIG,
-        _per_arch(ampere=dict(block_m=128, block_n=128, num_stages=3),
-                  hopper=dict(block_m=128, block_n=128, block_k=64, num_stages=4, num_warps=8),
-                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=4,
-                                 num_warps=8)),
-        dict(_MM, block_m=128, block_n=128, num_stages=1), (DOT,),
-        {"ampere": ("cp.async",), "hopper": ("cp.async.bulk.tensor",),
-         "blackwell": ("cp.async.bulk.tensor",)},
+        _per_arch(hopper=dict(block_m=64, block_n=64, block_k=64, num_stages=2,
+                              backend="mosaic_hopper", fuse_epilogue=False),
+                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=2,
+                                 backend="mosaic_blackwell", fuse_epilogue=False)),
+        dict(_MM, block_m=128, block_n=128, num_stages=1), (),
+        {"hopper": ("cp.async.bulk.tensor",), "blackwell": ("cp.async.bulk.tensor",)},
         {"hopper": "jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu.matmul",
          "blackwell": "jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu.matmul_kernel"},
-        "MI350 has no TMA-like engine: no test there. The portable example's BlockSpec tiles "
-        "are what the Mosaic GPU backend turns into TMA copies."),
+        "Ampere (cp.async only: that is pipelining) and MI350 have no TMA-like engine: the test "
+        "fails there. The knob is MatmulConfig.backend='mosaic_hopper'/'mosaic_blackwell' "
+        "(JAX's Mosaic GPU matmuls, whose tiles arrive by TMA); Pallas' Triton path issues none."),
     Strategy(
         "warp_specialization", "producer warps issue copies while consumer warpgroups run MMAs, "
         "each with its own register budget (setmaxnreg)",
         {"hopper": "producer/consumer warpgroups + setmaxnreg",
-         "blackwell": "producer/MMA/epilogue warps + tensor memory"},
+         "blackwell": "TMA warp / MMA warp / epilogue warpgroup + tensor memory"},
         MM_SMALL, MM_BIG,
-        _per_arch(hopper=dict(block_m=128, block_n=128, block_k=64, num_stages=4, num_warps=8),
-                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=4,
-                                 num_warps=8)),
-        dict(_MM, block_m=128, block_n=128, num_stages=1), (DOT,),
-        {"hopper": ("setmaxnreg",), "blackwell": ("setmaxnreg",)},
+        _per_arch(hopper=dict(block_m=64, block_n=64, block_k=64, num_stages=2,
+                              backend="mosaic_hopper", fuse_epilogue=False),
+                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=2,
+                                 backend="mosaic_blackwell", fuse_epilogue=False)),
+        dict(_MM, block_m=128, block_n=128, num_stages=1), (),
+        {"hopper": ("setmaxnreg",), "blackwell": ("tcgen05.commit",)},
         {"hopper": "jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu.matmul",
          "blackwell": "jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu.matmul_kernel"},
-        "Ampere and MI350 lack warpgroup register reallocation: no test there. On CPU the "
-        "interpret test checks the computation the specialised kernel must reproduce."),
+        "Ampere and MI350 lack warpgroup register reallocation: the test fails there. The knob "
+        "is the Mosaic GPU backend (the same one as bulk_copy: in this package TMA and warp "
+        "specialisation come together, JAX's two expert kernels being the only Mosaic GPU "
+        "matmuls; a TMA pipeline without specialised warps is not built)."),
     Strategy(
         "split_k", "parallelism over the reduction: small M x N with a long K fills the GPU with "
         "K-slices whose float32 partials are summed",
@@ -162,7 +165,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "block_scaled_lowp", "narrow operands (FP8, MXFP4, NVFP4) with per-row/per-block scales "
         "applied in the kernel: 2-4x less memory traffic and faster MMAs",
-        {"ampere": "BF16 only (no FP8/FP4 tensor cores)", "hopper": "FP8 wgmma",
+        {"hopper": "FP8 wgmma",
          "blackwell": "FP8 and block-scaled FP4 tcgen05.mma (MXFP4, NVFP4)",
          "mi350": "FP8 and MXFP4 MFMA"},
         Workload("scaled_matmul", (64, 64, 128), "mxfp4"),
@@ -172,7 +175,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                   blackwell=dict(block_m=64, block_n=64), mi350=dict(block_m=64, block_n=64)),
         dict(_MM, block_m=64, block_n=64), (DOT,),
         {"hopper": ("e4m3",), "blackwell": ("kind::mxf4",), "mi350": ("v_mfma_scale",)},
-        notes="format per architecture: ampere bf16, hopper fp8_e4m3 (row scales), blackwell "
+        notes="Ampere has no FP8/FP4 tensor cores: the test fails there. Format per "
+        "architecture: hopper fp8_e4m3 (row scales), blackwell "
         "nvfp4, mi350 mxfp4. The FP4 path decodes E2M1 codes in registers and multiplies in "
         "float32, so the native block-scaled MMA markers are not expected until it calls them; "
         "the hardware test reports that rather than hiding it."),

@@ -146,16 +146,41 @@ def run_reference(w: Workload, args):
     return rn.reference(x, weight, residual=res)
 
 
-def tolerance(w: Workload) -> float:
+def tolerance(w: Workload, params: dict | None = None) -> float:
     """Allowed max |kernel - reference| relative to max |reference|.
 
     Kernel and reference see the same (already rounded) inputs, so only the
     accumulation order differs: 1e-4 for float32 outputs; 1e-2 where the output
-    itself is stored in bfloat16 (attention, RMSNorm), one bf16 ulp being 2^-8.
+    itself is stored in bfloat16 (attention, RMSNorm, and a matmul through a Mosaic GPU
+    backend, whose kernels store the product in the operand dtype), one bf16 ulp being 2^-8.
     """
     if w.op in ("attention", "rmsnorm") and w.dtype != "float32":
         return 1e-2
+    if params and params.get("backend", "triton") != "triton":
+        return 1e-2
     return 1e-4
+
+
+def lowp_block(w: Workload) -> int:
+    """K elements per scale block of a scaled_matmul's format (0 for other ops / no blocks)."""
+    return lowp.get_format(w.dtype).block if w.op == "scaled_matmul" else 0
+
+
+def proxy_workload(w: Workload, params: dict) -> Workload:
+    """A small workload that keeps the candidate's structure: two CTA tiles along M and N
+    (a Mosaic GPU CTA spans ``MatmulConfig.cta_tile``), two K steps per split, two blocks of
+    queries/keys, two row blocks. The candidate's lowering and interpret-mode check run on it,
+    since interpreting the full shape on a CPU would take hours."""
+    s = w.shape
+    if w.op in ("matmul", "scaled_matmul"):
+        bk = lowp_block(w) or params["block_k"]
+        tm, tn = _matmul_config(params).cta_tile()
+        shape = (min(s[0], 2 * tm), min(s[1], 2 * tn), min(s[2], 2 * bk * params["split_k"]))
+    elif w.op == "attention":
+        shape = (1, 1, min(s[2], 2 * params["block_q"]), min(s[3], 2 * params["block_k"]), s[4])
+    else:
+        shape = (min(s[0], 2 * params["block_rows"]), s[1])
+    return dataclasses.replace(w, shape=shape)
 
 
 def max_rel_error(out, ref) -> float:
@@ -179,4 +204,4 @@ def _interpret_error(w: Workload, params_items: tuple, seed: int) -> float:
 def check(w: Workload, params: dict, seed: int = 0) -> tuple[bool, float]:
     """Interpret-mode numerical check: ``(passes, max relative error)`` (cached per candidate)."""
     err = _interpret_error(w, tuple(sorted(params.items())), seed)
-    return bool(err <= tolerance(w)), err
+    return bool(err <= tolerance(w, params)), err

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from kernels_pallas import taxonomy as tx
-from kernels_pallas.taxonomy import arch, checks
+from kernels_pallas.taxonomy import arch, checks, strategies
 from kernels_pallas.taxonomy import workloads as wl
 
 PAIRS = [(s.name, a) for s in tx.STRATEGIES for a in tx.NAMES]
@@ -33,15 +33,87 @@ def test_strategy_interpret(name, target):
     if r.status == "skip":
         pytest.skip(r.detail)
     assert r.status == "pass", r.detail
-    assert r.value <= wl.tolerance(tx.workload_for(tx.get(name), target))
+    s = tx.get(name)
+    assert r.value <= wl.tolerance(tx.workload_for(s, target), s.params[target])
 
 
 @pytest.mark.parametrize("name,target", PAIRS)
-def test_strategy_lowering(name, target):
-    r = tx.check_lowering(tx.get(name), target)
-    if r.status == "skip":
-        pytest.skip(r.detail)
-    assert r.status == "pass", r.detail
+def test_unit_test_passes_the_strategy_and_fails_the_kernel_without_it(name, target):
+    """Positive: the example for ``target`` passes ``name``'s test (lowered for the target);
+    negative: the baseline without the strategy fails it. A target without the feature
+    fails every kernel, the example of a target that has it included."""
+    s = tx.get(name)
+    if not s.supported(target):
+        other = next(a for a in tx.NAMES if s.supported(a))
+        r = tx.unit_test(s, target, tx.workload_for(s, other), s.params[other])
+        assert r.status == "fail" and f"{target} has no {name}" in r.detail
+        return
+    pos = tx.check_lowering(s, target)
+    assert pos.status == "pass", pos.detail
+    neg = tx.check_without(s, target)
+    assert neg.status == "pass" and neg.detail.startswith("baseline fails"), neg.detail
+
+
+W = wl.Workload("matmul", (4096, 4096, 4096), "bfloat16")
+MM = dict(block_m=64, block_n=64, block_k=32, num_stages=2, num_warps=4, split_k=1, group_m=1,
+          grid_order="mn", backend="triton", fuse_epilogue=True)
+
+
+@pytest.mark.parametrize("name,params,passes", [
+    # tensor-core tiles: wgmma takes M=64 from one warpgroup, tcgen05 wants M=128, MFMA 32x32
+    ("mma", dict(MM, block_m=64, block_n=64), {"ampere", "hopper", "mi350"}),
+    ("mma", dict(MM, block_m=128, block_n=16), {"ampere", "hopper", "blackwell"}),
+    ("mma", dict(MM, block_m=128, block_n=128, num_warps=2), {"ampere", "mi350"}),
+    # pipelining depth: AMD's stream pipeliner double-buffers; NVIDIA parts take 4 stages
+    ("pipelining", dict(MM, block_m=128, block_n=128, num_stages=4),
+     {"ampere", "hopper", "blackwell"}),
+    # TMA / warp specialisation: only the target's own Mosaic GPU kernel
+    ("bulk_copy", dict(MM, block_m=64, block_n=64, block_k=64, backend="mosaic_hopper",
+                       fuse_epilogue=False), {"hopper"}),
+    ("warp_specialization", dict(MM, block_m=128, block_n=128, block_k=64,
+                                 backend="mosaic_blackwell", fuse_epilogue=False), {"blackwell"}),
+    # shared memory: 128x256 tiles x 3 stages of bf16 = 288 KB fits nowhere; 2 stages 192 KB
+    # fits Hopper/Blackwell (228 KB) but not Ampere (164) or MI350 (160)
+    ("tiling", dict(MM, block_m=128, block_n=256, block_k=128, num_stages=2),
+     {"hopper", "blackwell"}),
+    # split-K pays only while the output tiles underfill the SMs/CUs: 12x12 = 144 tiles
+    ("split_k", dict(MM, block_m=32, block_n=32, split_k=2), {"blackwell", "mi350"}),
+])
+def test_the_same_kernel_is_judged_per_target(name, params, passes):
+    w = wl.Workload("matmul", (384, 384, 4096), "bfloat16") if name == "split_k" else W
+    got = {a for a in tx.NAMES if tx.unit_test(tx.get(name), a, w, params).status == "pass"}
+    assert got == passes
+
+
+def test_block_scaled_formats_per_target():
+    s = tx.get("block_scaled_lowp")
+    p = s.params["blackwell"]
+    for fmt, passes in (("mxfp4", {"blackwell", "mi350"}), ("nvfp4", {"blackwell"}),
+                        ("fp8_e4m3", {"hopper", "blackwell", "mi350"})):
+        w = wl.Workload("scaled_matmul", (64, 64, 128), fmt)
+        got = {a for a in tx.NAMES if tx.unit_test(s, a, w, p).status == "pass"}
+        assert got == passes, fmt
+
+
+def test_lowered_facts_decide_not_only_the_parameters(monkeypatch):
+    """A kernel whose lowered module lacks what its parameters claim fails the test."""
+    s, w = tx.get("pipelining"), tx.workload_for(tx.get("pipelining"), "hopper")
+    p = s.params["hopper"]
+    facts = checks.kernel_facts(wl.proxy_workload(w, p), p, "cuda")
+    assert facts.backend == "triton" and facts.num_stages == p["num_stages"]
+    lying = dataclasses.replace(facts, num_stages=1)
+    monkeypatch.setattr(checks, "kernel_facts", lambda *a: lying)
+    r = tx.unit_test(s, "hopper", w, p)
+    assert r.status == "fail" and "module has num_stages=1" in r.detail
+    no_dot = dataclasses.replace(facts, module=facts.module.replace(strategies.DOT, ""))
+    monkeypatch.setattr(checks, "kernel_facts", lambda *a: no_dot)
+    r = tx.unit_test(tx.get("tiling"), "hopper", w, p)
+    assert r.status == "fail" and "the lowered module lacks" in r.detail
+    ws = tx.get("warp_specialization")
+    mosaic = dataclasses.replace(facts, backend="mosaic", device_ops="cp.async.bulk.tensor")
+    monkeypatch.setattr(checks, "kernel_facts", lambda *a: mosaic)
+    r = tx.unit_test(ws, "hopper", tx.workload_for(ws, "hopper"), ws.params["hopper"])
+    assert r.status == "fail" and "nvvm.setmaxregister" in r.detail
 
 
 @pytest.mark.parametrize("name,target", [(n, a) for n in ("bulk_copy", "warp_specialization")
@@ -98,3 +170,18 @@ def test_device_detection_and_bad_targets():
     bad = dataclasses.replace(tx.get("tiling").interpret_workload, dtype="int8")
     with pytest.raises(ValueError, match="dtype='int8'"):
         bad.validate()
+
+
+def test_device_benchmark_refuses_a_host_without_a_target_gpu():
+    import os
+    import subprocess
+    import sys
+
+    if arch.detect() is not None:
+        pytest.skip("a target GPU is present: the benchmark times it")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "benchmarks/kernels.py", "--device"], cwd=root,
+                          env=dict(os.environ, PYTHONPATH=root), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "no GPU present" in proc.stderr
+    assert "measured" not in proc.stdout

@@ -10,7 +10,7 @@ from lab.methods.hawkeye.proposers import SPACE, START
 
 W = hk.Workload("matmul", (1024, 1024, 1024), "bfloat16")
 BEST = dict(block_m=64, block_n=128, block_k=32, num_warps=8, num_stages=3, split_k=2,
-            group_m=8, grid_order="nm", fuse_epilogue=True)
+            group_m=8, grid_order="nm", backend="triton", fuse_epilogue=True)
 PASS = lambda *a: (True, "")            # noqa: E731  (stand-ins for the interpret checks)
 NUMERICS_OK = lambda *a: (True, 0.0)    # noqa: E731
 
@@ -37,7 +37,9 @@ def _search(budget, **kw):
 def test_search_finds_the_known_best_configuration():
     r = _search(60)
     assert r.best.params == BEST and r.best.cost == 1.0
-    assert r.tried <= 60 and r.passed == r.tried
+    legal = [e for e in r.evaluations if not e.status.startswith("invalid")]
+    assert r.tried == 60 and r.passed == len(legal) > 40   # the rest: Mosaic GPU combinations
+    assert all("backend=" in e.status for e in r.evaluations if e not in legal)
     row = r.row()
     assert row["speedup_vs_xla"] == 5.0 and row["cost"] == "synthetic"
 
@@ -55,7 +57,7 @@ def test_evolutionary_search_alone_improves_on_the_start():
 
 
 def test_failed_unit_tests_and_numerics_exclude_candidates():
-    no_split = lambda s, t, on: (s != "split_k", "split-K test failed")   # noqa: E731
+    no_split = lambda s, t, w, p: (s != "split_k", "split-K test failed")   # noqa: E731
     r = _search(60, unit_test=no_split)
     assert r.best.params["split_k"] == 1
     assert any(e.status == "failed_test:split_k" for e in r.evaluations)
@@ -63,6 +65,38 @@ def test_failed_unit_tests_and_numerics_exclude_candidates():
     r = _search(60, check=picky)
     assert r.best.params["block_k"] != 32 and r.passed < r.tried
     assert any(e.status == "failed_numerics" for e in r.evaluations)
+
+
+def test_each_candidate_is_tested_itself_and_ungrounded_search_skips_the_tests():
+    calls = []
+
+    def record(s, t, w, p):
+        calls.append((s, tuple(sorted(p.items()))))
+        return True, ""
+
+    r = _search(12, unit_test=record)
+    kept = [e for e in r.evaluations if e.status == "passed"]
+    # every (candidate, used strategy) pair was tested on that candidate: no per-strategy cache
+    assert sorted(calls) == sorted((s, tuple(sorted(e.params.items())))
+                                   for e in kept for s in e.strategies)
+    legal = [e for e in r.evaluations if not e.status.startswith("invalid")]
+    assert len({c[1] for c in calls}) == len(kept) == len(legal) >= 10
+    calls.clear()
+    r = _search(12, unit_test=record, grounded=False)
+    assert calls == [] and r.passed == len(legal) and r.grounded is False
+
+
+def test_real_unit_tests_reject_what_the_target_lacks():
+    """On MI350 the grounded search refuses the Mosaic GPU (TMA) kernels and 4 stages; the
+    ungrounded one keeps whatever its numerical check passes."""
+    w = hk.Workload("matmul", (1024, 1024, 1024), "bfloat16")
+    grounded = hk.search(w, "mi350", budget=40, cost=hk.RooflineCost("mi350"), check=NUMERICS_OK)
+    for e in grounded.evaluations:
+        if e.status == "passed":
+            assert e.params["backend"] == "triton" and e.params["num_stages"] <= 2
+            assert all(v == "pass" for v in hk.target_tests(w, "mi350", e.params).values())
+    assert any(e.status.startswith("failed_test") and e.params["backend"] != "triton"
+               for e in grounded.evaluations)
 
 
 def test_small_space_is_exhausted_then_the_search_stops():

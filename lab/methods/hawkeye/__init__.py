@@ -27,9 +27,10 @@ from lab.methods.hawkeye.search import (
     SearchResult,
     relevant_strategies,
     search,
+    target_tests,
     validate_target,
 )
 
 __all__ = ["AgentProposer", "Context", "DefaultProposer", "Evaluation", "EvolutionaryProposer",
            "MeasuredCost", "Proposer", "RooflineCost", "SearchResult", "SystematicProposer",
-           "Workload", "relevant_strategies", "search", "validate_target"]
+           "Workload", "relevant_strategies", "search", "target_tests", "validate_target"]

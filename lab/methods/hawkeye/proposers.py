@@ -4,7 +4,8 @@ A proposer implements :class:`Proposer`: given the :class:`Context` (workload,
 target, search space, the taxonomy's text and its unit tests) and the history
 of evaluations so far, it returns up to ``n`` new parameter dicts.
 
-- :class:`SystematicProposer` stacks strategies in the taxonomy's order: from
+- :class:`SystematicProposer` stacks strategies (``KNOBS`` order: output tile, pipelining
+  depth and copy engine first, as the largest modelled effects): from
   the unoptimised kernel, it tries every setting of one strategy's knobs around
   the incumbent (the best candidate that passed so far), moves to the next
   strategy, and sweeps again while anything new remains (coordinate descent
@@ -34,28 +35,34 @@ SPACE: dict[str, dict[str, tuple]] = {
     "matmul": {"block_m": (16, 32, 64, 128, 256), "block_n": (16, 32, 64, 128, 256),
                "block_k": (16, 32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3, 4),
                "split_k": (1, 2, 4, 8), "group_m": (1, 4, 8), "grid_order": ("mn", "nm"),
+               "backend": ("triton", "mosaic_hopper", "mosaic_blackwell"),
                "fuse_epilogue": (False, True)},
     "attention": {"block_q": (16, 32, 64, 128), "block_k": (16, 32, 64, 128)},
     "rmsnorm": {"block_rows": (1, 2, 4, 8, 16, 32, 64)},
 }
-SPACE["scaled_matmul"] = dict(SPACE["matmul"], split_k=(1,))  # no split-K in the scaled kernel
+# no split-K and no Mosaic GPU path in the scaled kernel
+SPACE["scaled_matmul"] = dict(SPACE["matmul"], split_k=(1,), backend=("triton",))
 START: dict[str, dict] = {
     "matmul": dict(block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=1, split_k=1,
-                   group_m=1, grid_order="mn", fuse_epilogue=False),
+                   group_m=1, grid_order="mn", backend="triton", fuse_epilogue=False),
     "attention": dict(block_q=16, block_k=16),
     "rmsnorm": dict(block_rows=1),
 }
 START["scaled_matmul"] = dict(START["matmul"])
 # Which knobs each strategy of the taxonomy turns, per op (taxonomy order).
 KNOBS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "matmul": [("tiling", ("block_m",)), ("tiling", ("block_n",)), ("tiling", ("block_k",)),
-               ("mma", ("num_warps",)), ("pipelining", ("num_stages",)),
+    "matmul": [("tiling", ("block_m",)), ("tiling", ("block_n",)),
+               ("pipelining", ("num_stages",)),
+               # bulk_copy and warp_specialization: the Mosaic GPU backends (TMA + specialised
+               # warpgroups), which store the product unfused, so both knobs move together
+               ("bulk_copy+warp_specialization", ("backend", "fuse_epilogue")),
+               ("tiling", ("block_k",)), ("mma", ("num_warps",)),
                ("split_k", ("split_k",)), ("epilogue_fusion", ("fuse_epilogue",)),
                ("grid_swizzle", ("group_m",)), ("grid_swizzle", ("grid_order",))],
     "attention": [("online_softmax", ("block_q", "block_k"))],
     "rmsnorm": [("tiling", ("block_rows",))],
 }
-KNOBS["scaled_matmul"] = KNOBS["matmul"]
+KNOBS["scaled_matmul"] = [k for k in KNOBS["matmul"] if "backend" not in k[1]]
 
 
 @dataclasses.dataclass(frozen=True)

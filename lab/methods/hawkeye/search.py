@@ -4,17 +4,21 @@ For a workload (op, shape, dtype/format) and a target architecture, the
 search asks a proposer for candidate kernel configurations, which stack the
 taxonomy's strategies, and keeps a candidate only if
 
-1. its parameters are legal for the workload and fit the target (finite cost),
-2. every strategy it uses passes its unit test for the target
-   (:mod:`kernels_pallas.taxonomy.checks`: interpret-mode correctness and
-   lowering everywhere, device-code markers and payoff on that hardware), and
+1. its parameters are legal for the workload (finite cost),
+2. (``grounded=True``, the Hawkeye search) the candidate itself passes the unit test
+   of every strategy it uses on the target (:func:`kernels_pallas.taxonomy.checks.unit_test`:
+   the candidate lowered for the target's platform, its lowered facts and parameters
+   checked against the target's hardware; nothing is cached per strategy, each candidate
+   is tested), and
 3. it matches the XLA reference numerically: compiled at the workload's shape
    when the process runs on the target, otherwise in interpret mode at a proxy
    shape that keeps its tiles, split-K and grid order (a few tiles, two K
    steps per split), since interpreting the full shape on a CPU would take hours.
 
-Passing candidates are timed by the ``cost`` function and the best is kept.
-``budget`` (candidates tried) is the test-time compute knob.
+Passing candidates are costed by the ``cost`` function and the best is kept.
+``grounded=False`` is the same search without the taxonomy's tests (only step 3 gates),
+the ablation of the paper's comparison; :func:`target_tests` tests any kept candidate
+after the fact. ``budget`` (candidates tried) is the test-time compute knob.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class Evaluation:
     params: dict
     origin: str
     strategies: tuple[str, ...]
-    status: str            # passed | invalid | failed_test:<strategy> | failed_numerics
+    status: str            # passed | invalid: why | failed_test:<strategy> | failed_numerics
     error: float | None = None
     cost: float = math.inf
 
@@ -67,6 +71,7 @@ class SearchResult:
     evaluations: list[Evaluation]
     baseline_cost: float | None
     start_cost: float
+    grounded: bool = True
 
     @property
     def tried(self) -> int:
@@ -100,12 +105,14 @@ def relevant_strategies(w: wl.Workload, params: dict) -> tuple[str, ...]:
     if w.op == "attention":
         return ("online_softmax",)
     if w.op == "rmsnorm":
-        return ("epilogue_fusion",)
+        return ("tiling",)
     used = ["tiling"]
     if w.dtype != "float32" and w.op == "matmul":
         used.append("mma")
     if params["num_stages"] > 1:
         used.append("pipelining")
+    if params.get("backend", "triton") != "triton":
+        used += ["bulk_copy", "warp_specialization"]
     if params["split_k"] > 1:
         used.append("split_k")
     if params["fuse_epilogue"]:
@@ -117,18 +124,7 @@ def relevant_strategies(w: wl.Workload, params: dict) -> tuple[str, ...]:
     return tuple(used)
 
 
-def proxy_workload(w: wl.Workload, params: dict) -> wl.Workload:
-    """A small workload that keeps the candidate's structure (a few tiles, two K steps)."""
-    s = w.shape
-    if w.op in ("matmul", "scaled_matmul"):
-        bk = lowp_block(w) or params["block_k"]
-        shape = (min(s[0], 2 * params["block_m"]), min(s[1], 2 * params["block_n"]),
-                 min(s[2], 2 * bk * params["split_k"]))
-    elif w.op == "attention":
-        shape = (1, 1, min(s[2], 2 * params["block_q"]), min(s[3], 2 * params["block_k"]), s[4])
-    else:
-        shape = (min(s[0], 2 * params["block_rows"]), s[1])
-    return dataclasses.replace(w, shape=shape)
+proxy_workload = wl.proxy_workload
 
 
 def legal(w: wl.Workload, params: dict) -> str | None:
@@ -138,41 +134,63 @@ def legal(w: wl.Workload, params: dict) -> str | None:
     if missing:
         return f"missing parameters {missing}"
     if w.op in ("matmul", "scaled_matmul"):
+        cfg = wl._matmul_config(params).validate()
         bk = lowp_block(w) or params["block_k"]
         n_k = math.ceil(w.shape[2] / bk)
         if n_k % params["split_k"]:
             return f"split_k={params['split_k']} does not divide {n_k} K tiles"
+        if cfg.backend != "triton":
+            tm, tn = cfg.cta_tile()
+            if w.op != "matmul" or w.dtype != "bfloat16":
+                return f"backend={cfg.backend!r} runs bfloat16 matmuls only"
+            if w.shape[0] % tm or w.shape[1] % tn or w.shape[2] % bk:
+                return f"backend={cfg.backend!r} needs the shape in whole {tm}x{tn} CTA tiles"
+            if params["fuse_epilogue"]:
+                return f"backend={cfg.backend!r} has no fused epilogue"
     return None
 
 
-def lowp_block(w: wl.Workload) -> int:
-    if w.op != "scaled_matmul":
-        return 0
-    from kernels_pallas import lowp
-
-    return lowp.get_format(w.dtype).block
+lowp_block = wl.lowp_block
 
 
-def default_unit_test(strategy: str, target: str, on_target: bool) -> tuple[bool, str]:
-    """The taxonomy's test of ``strategy`` on ``target`` (hardware part only on the target)."""
-    s = strat.get(strategy)
-    if not s.supported(target):
-        return False, f"{target} has no {strategy}"
-    results = [checks.check_interpret(s, target), checks.check_lowering(s, target)]
-    if on_target:
-        results += checks.check_hardware(s, target)
-    bad = [r for r in results if r.status == "fail"]
-    return (not bad), "; ".join(r.detail for r in bad)
+def default_unit_test(strategy: str, target: str, w: wl.Workload,
+                      params: dict) -> tuple[bool, str]:
+    """``strategy``'s unit test on ``target`` applied to this candidate (no cache)."""
+    r = checks.unit_test(strat.get(strategy), target, w, params)
+    return r.status == "pass", r.detail
+
+
+def target_tests(w: wl.Workload, target: str, params: dict) -> dict[str, str]:
+    """Every used strategy's unit test on ``target`` for a kept candidate: name -> pass/fail."""
+    return {s: checks.unit_test(strat.get(s), target, w, params).status
+            for s in relevant_strategies(w, params)}
 
 
 def numerical_check(w: wl.Workload, params: dict, on_target: bool) -> tuple[bool, float]:
-    """Compiled at full shape on the target; interpret mode at the proxy shape elsewhere."""
+    """Compiled at full shape on the target; interpret mode at the proxy shape elsewhere.
+    A kernel the host cannot build or interpret (Blackwell's tensor memory; a Mosaic GPU
+    kernel over the shared memory) fails: it was not checked."""
     if on_target:
         args = wl.make_inputs(w)
         err = wl.max_rel_error(wl.run_kernel(w, params, args, interpret=False),
                                wl.run_reference(w, args))
-        return err <= wl.tolerance(w), err
-    return wl.check(proxy_workload(w, params), params)
+        return err <= wl.tolerance(w, params), err
+    try:
+        return wl.check(proxy_workload(w, params), params)
+    except Exception:  # noqa: BLE001  (not runnable here, e.g. Blackwell's tensor memory)
+        return False, math.inf
+
+
+def start_params(op: str, target: str) -> dict:
+    """Where both the grounded and the ungrounded search start: the unoptimised kernel
+    (one stage, unfused epilogue, no split, no swizzle, Triton) with the smallest tile the
+    target's MMA takes (64x64x32, Blackwell's tcgen05 M=128 rows), so that the start runs on
+    the target and each single-knob move can be tested on its own."""
+    p = dict(START[op])
+    if op in ("matmul", "scaled_matmul"):
+        mt = arch_mod.hardware(target).mma_tile
+        p.update(block_m=max(64, mt[0]), block_n=max(64, mt[1]), block_k=max(32, mt[2]))
+    return p
 
 
 def validate_target(w: wl.Workload, target: str) -> None:
@@ -186,9 +204,9 @@ def validate_target(w: wl.Workload, target: str) -> None:
 
 def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
            proposer: Proposer | None = None, batch: int = 4, seed: int = 0,
-           unit_test: Callable[[str, str, bool], tuple[bool, str]] | None = None,
+           unit_test: Callable[[str, str, wl.Workload, dict], tuple[bool, str]] | None = None,
            check: Callable[[wl.Workload, dict, bool], tuple[bool, float]] | None = None,
-           ) -> SearchResult:
+           grounded: bool = True) -> SearchResult:
     """Searches kernel configurations for ``w`` on ``target`` (module docstring).
 
     Args:
@@ -197,8 +215,9 @@ def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
       cost: ``cost(w, params) -> seconds``, optionally with ``kind`` and ``baseline(w)``;
         :class:`MeasuredCost` on the target, :class:`RooflineCost` elsewhere.
       proposer: a :class:`Proposer`; systematic then evolutionary by default.
-      unit_test, check: the strategy unit test and numerical check (defaults:
-        the taxonomy's checks and :func:`numerical_check`).
+      unit_test, check: ``unit_test(strategy, target, w, params)`` applied to each candidate
+        and the numerical check (defaults: :func:`default_unit_test`, :func:`numerical_check`).
+      grounded: gate candidates by the unit tests (Hawkeye) or not (the ablation).
 
     Returns:
       A :class:`SearchResult` with every evaluation.
@@ -211,10 +230,9 @@ def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
     proposer = proposer or DefaultProposer(seed)
     unit_test = unit_test or default_unit_test
     check = check or numerical_check
-    context = Context(w, target, SPACE[w.op], START[w.op], strat.describe(),
-                      _tests_text())
+    start = start_params(w.op, target)
+    context = Context(w, target, SPACE[w.op], start, strat.describe(), _tests_text())
     history: list[Evaluation] = []
-    test_cache: dict[str, tuple[bool, str]] = {}
     seen = set()
     while len(history) < budget:
         proposals = proposer.propose(context, history, min(batch, budget - len(history)))
@@ -223,16 +241,17 @@ def search(w: wl.Workload, target: str, *, budget: int = 32, cost=None,
             break
         for params in fresh:
             seen.add(tuple(sorted(params.items())))
-            history.append(_evaluate(w, target, params, cost, unit_test, check, on_target,
-                                     test_cache, type(proposer).__name__))
+            history.append(_evaluate(w, target, params, cost,
+                                     unit_test if grounded else None, check, on_target,
+                                     type(proposer).__name__))
             if len(history) >= budget:
                 break
     baseline = getattr(cost, "baseline", None)
     return SearchResult(w, target, getattr(cost, "kind", "custom"), history,
-                        baseline(w) if baseline else None, cost(w, START[w.op]))
+                        baseline(w) if baseline else None, cost(w, start), grounded)
 
 
-def _evaluate(w, target, params, cost, unit_test, check, on_target, cache, origin):
+def _evaluate(w, target, params, cost, unit_test, check, on_target, origin):
     try:
         why = legal(w, params)
     except ValueError as e:
@@ -243,10 +262,8 @@ def _evaluate(w, target, params, cost, unit_test, check, on_target, cache, origi
     t = cost(w, params)
     if not math.isfinite(t):
         return Evaluation(params, origin, used, "invalid: does not fit the target")
-    for s in used:
-        if s not in cache:
-            cache[s] = unit_test(s, target, on_target)
-        if not cache[s][0]:
+    for s in used if unit_test else ():
+        if not unit_test(s, target, w, params)[0]:
             return Evaluation(params, origin, used, f"failed_test:{s}")
     ok, err = check(w, params, on_target)
     if not ok:
