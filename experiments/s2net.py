@@ -356,7 +356,7 @@ def run(config, workdir: str) -> dict:
             loss = s2.binding_loss(config.model.spike_penalty, config.model.oscillator_weight,
                                    t.n_objects)
         else:
-            loss = s2.classify_loss(config.model.spike_penalty)
+            loss = s2.classify_loss(t.get("spike_penalty", config.model.spike_penalty))
         table[task] = {}
         for kind in models_for(task):
             t0 = time.time()
