@@ -127,3 +127,116 @@ def test_binding_loss_adds_the_oscillator_term_only_for_s2net():
     a, _ = s2.binding_loss(0.0, 0.0)(snn, batch, key)
     b, _ = s2.binding_loss(0.0, 1.0)(snn, batch, key)
     assert float(a) == pytest.approx(float(b))  # no oscillators, no extra term
+
+
+# --- temporal binding without a local cue (flicker_batch) and its shortcuts --------------
+
+SHORTCUT_MAX_ARI = 0.2  # every shortcut must stay under this ARI on flicker_batch
+
+
+def test_flicker_batch_groups_rates_and_determinism():
+    a = s2.flicker_batch(seed=1, index=2, batch=64, size=8, steps=64, n_objects=2)
+    b = s2.flicker_batch(seed=1, index=2, batch=64, size=8, steps=64, n_objects=2)
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    assert a["inputs"].shape == (64, 64, 64) and set(np.unique(a["inputs"])) == {0.0, 1.0}
+    lab = a["labels"].reshape(64, 8, 8)
+    assert np.all(lab == lab[:, :, :1])  # objects are whole rows
+    assert all(set(np.unique(row)) == {1, 2} for row in a["labels"])
+    # both objects fire at the configured mean rate 0.2: no intensity cue
+    rates = [a["inputs"].mean(1)[a["labels"] == k].mean() for k in (1, 2)]
+    np.testing.assert_allclose(rates, [0.2, 0.2], atol=0.01)
+    three = s2.flicker_batch(seed=0, index=0, batch=4, n_objects=3, steps=8)
+    assert all(set(np.unique(row)) == {1, 2, 3} for row in three["labels"])
+
+
+def test_flicker_batch_rejects_bad_knobs():
+    with pytest.raises(ValueError, match="n_objects=9 must lie in"):
+        s2.flicker_batch(0, 0, 2, size=8, n_objects=9)
+    with pytest.raises(ValueError, match="rate=0.7 must lie in"):
+        s2.flicker_batch(0, 0, 2, rate=0.7)
+    with pytest.raises(ValueError, match="jitter=2 must lie in"):
+        s2.flicker_batch(0, 0, 2, jitter=2)
+
+
+def test_shortcuts_near_chance_on_flicker_and_oracle_solves_it():
+    d = s2.flicker_batch(seed=5, index=0, batch=128, size=8, steps=64)
+    x, y = d["inputs"], d["labels"]
+    sh = s2.shortcuts
+    scores = {"orientation": sh.orientation_rule(x, 8), "intensity": sh.intensity_kmeans(x),
+              "components": sh.connected_components(x, 8), "frame": sh.frame_kmeans(x),
+              "position": sh.position_kmeans(x, 8)}
+    aris = {k: float(sh.group_ari(v, y).mean()) for k, v in scores.items()}
+    assert max(aris.values()) < SHORTCUT_MAX_ARI, aris
+    assert sh.group_ari(sh.temporal_oracle(x, 8), y).mean() >= 0.95
+    # the same orientation rule solves the crossing bars, the task this one replaces
+    bars = s2.binding_batch(seed=5, index=0, batch=64, size=8, steps=1)
+    assert sh.group_ari(sh.orientation_rule(bars["inputs"], 8), bars["labels"]).mean() >= 0.99
+
+
+def test_connected_components_and_kmeans_hand_built():
+    img = np.zeros((1, 1, 16), np.float32)
+    img[0, 0, [0, 1, 4, 10, 11, 15]] = 1.0  # 4x4: {0,1,4}, {10,11,15}
+    comp = s2.shortcuts.connected_components(img, 4)[0]
+    assert comp[0] == comp[1] == comp[4] != comp[10] == comp[11] == comp[15] and comp[2] == 0
+    groups = s2.shortcuts.kmeans(np.array([[0.0], [0.1], [5.0], [5.2]]), 2)
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+
+
+def test_trained_feedforward_conv_stays_near_chance_on_flicker():
+    """A per-frame conv pooled over time learns the crossing bars (a local cue) but not
+    the flicker task (only timing), with the same training."""
+    def train(gen):
+        model = s2.ConvEmbed(8, 8, 2, rngs=nnx.Rngs(0))
+        s2.fit(model, s2.binding_loss(), lambda step: gen(0, step, 16), steps=40,
+               learning_rate=0.05, seed=0)
+        return s2.evaluate(model, [gen(99, 0, 64)], task="binding")["ari"]
+
+    flicker = train(lambda s, i, b: s2.flicker_batch(s, i, b, steps=32))
+    bars = train(lambda s, i, b: s2.binding_batch(s, i, b, steps=2))
+    assert flicker < SHORTCUT_MAX_ARI, flicker
+    assert bars >= 0.6, bars
+
+
+def test_conv_rnn_can_represent_the_binding_solution():
+    """With a rotation by the rhythm's angle per step as its self-recurrence, the ANN's
+    state is a leaky resonator whose angle is the firing phase: it binds."""
+    d = s2.flicker_batch(seed=3, index=0, batch=32, steps=64)
+    model = s2.ConvRNN(8, 8, 2, rngs=nnx.Rngs(0))
+    w = 2 * np.pi / 8
+    model.a[...] = 0.95 * jnp.array([[np.cos(w), np.sin(w)], [-np.sin(w), np.cos(w)]])
+    model.u[...] = jnp.array([0.2, 0.0])
+    model.kernel[...] = jnp.zeros_like(model.kernel[...])
+    assert s2.n_params(model) == 56
+    assert s2.evaluate(model, [d], task="binding")["ari"] >= 0.85
+
+
+# --- semantic reasoning over bound features (bound_query_batch) ---------------------------
+
+
+def test_bound_query_rates_carry_no_answer_and_timing_does():
+    q = s2.bound_query_batch(seed=0, index=0, batch=1024, steps=32, rate=0.3)
+    assert q["inputs"].shape == (1024, 32, 8)
+    assert abs(q["labels"].mean() - 0.5) < 0.05
+    rates = q["inputs"].mean(1)
+    # colour 0 and shape 0 are always present, at the same rate for both answers
+    for label in (0, 1):
+        np.testing.assert_allclose(rates[q["labels"] == label][:, [0, 4]].mean(0),
+                                   [0.3, 0.3], atol=0.02)
+    assert np.all((rates[:, :4] > 0).sum(1) == 3) and np.all((rates[:, 4:] > 0).sum(1) == 3)
+    train = s2.bound_query_batch(seed=1, index=0, batch=2048, steps=32, rate=0.3)
+    no_context = s2.shortcuts.no_context_readout(train["inputs"], train["labels"], q["inputs"])
+    assert abs((no_context == q["labels"]).mean() - 0.5) < 0.06
+    oracle = s2.shortcuts.query_oracle(q["inputs"], 4, 8, 3)
+    assert (oracle == q["labels"]).mean() >= 0.9
+
+
+def test_bound_query_rejects_bad_knobs():
+    with pytest.raises(ValueError, match="n_objects=5 must lie in"):
+        s2.bound_query_batch(0, 0, 2, n_objects=5, n_features=4)
+    with pytest.raises(ValueError, match="depth=1.5 must lie in"):
+        s2.bound_query_batch(0, 0, 2, depth=1.5)
+
+
+def test_standard_error():
+    assert metrics.standard_error([1.0, 3.0]) == pytest.approx(1.0)  # std 1.414 / sqrt 2
+    assert metrics.standard_error([2.0]) == 0.0

@@ -21,9 +21,11 @@ Our reading of the abstract (the paper's equations are not public to us):
   0.07-0.5 after 150 steps against 0.9 with the oscillator term).
 """
 
+from lab.methods.s2net import shortcuts
 from lab.methods.s2net.metrics import adjusted_rand_index, binding_ari, circular_kmeans
 from lab.methods.s2net.models import (
     ConvEmbed,
+    ConvRNN,
     Dynamics,
     KuramotoNet,
     RateRNN,
@@ -38,7 +40,13 @@ from lab.methods.s2net.scaffold import (
     random_adjacency,
     ring_adjacency,
 )
-from lab.methods.s2net.tasks import binding_batch, signal_batch, spike_train_batch
+from lab.methods.s2net.tasks import (
+    binding_batch,
+    bound_query_batch,
+    flicker_batch,
+    signal_batch,
+    spike_train_batch,
+)
 from lab.methods.s2net.training import (
     binding_loss,
     classify_loss,
@@ -48,9 +56,9 @@ from lab.methods.s2net.training import (
 )
 
 __all__ = [
-    "ConvEmbed", "Dynamics", "KuramotoNet", "RateRNN", "S2Net", "adjusted_rand_index",
-    "binding_ari", "binding_batch", "binding_loss", "check_adjacency", "circular_kmeans",
-    "classify_loss", "evaluate", "fit", "grid_adjacency", "grid_offsets", "kuramoto_reference",
-    "n_params", "pair_phase_loss", "random_adjacency", "ring_adjacency", "signal_batch",
-    "spike_train_batch",
+    "ConvEmbed", "ConvRNN", "Dynamics", "KuramotoNet", "RateRNN", "S2Net",
+    "adjusted_rand_index", "binding_ari", "binding_batch", "binding_loss", "bound_query_batch",
+    "check_adjacency", "circular_kmeans", "classify_loss", "evaluate", "fit", "flicker_batch",
+    "grid_adjacency", "grid_offsets", "kuramoto_reference", "n_params", "pair_phase_loss",
+    "random_adjacency", "ring_adjacency", "shortcuts", "signal_batch", "spike_train_batch",
 ]

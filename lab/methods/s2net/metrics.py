@@ -79,6 +79,13 @@ def binding_ari(emb, labels, n_groups: int = 2) -> np.ndarray:
     return np.asarray(out)
 
 
+def standard_error(values) -> float:
+    """Standard error of the mean of per-sample scores, ``std(ddof=1) / sqrt(n)`` (0.0
+    for fewer than two samples)."""
+    v = np.asarray(values, np.float64).ravel()
+    return float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else 0.0
+
+
 def snn_energy(spikes_per_sample: float, *, n_neurons: int, steps: int, recurrent_fanout: float,
                n_out: int, encoder_macs: float = 0.0, input_spikes: float = 0.0,
                encoder_fanout: int = 0, sync: bool = False, coupling_fanout: float = 0.0) -> dict:

@@ -10,9 +10,12 @@
   same scaffold; neurons exchange their phases (real numbers) every step.
 * :class:`RateRNN`: the equal-size ANN for sequences, a tanh RNN with the same
   neurons, scaffold, encoder and readout.
-* :class:`ConvEmbed`: the equal-size ANN for binding, a one-layer grid
-  convolution to a 2-d embedding per pixel (52 parameters at radius 2, against
+* :class:`ConvRNN`: the equal-size ANN for temporal binding, a recurrent grid
+  convolution with a 2-d state per pixel (56 parameters at radius 2, against
   S²-Net's 50).
+* :class:`ConvEmbed`: the feed-forward conv baseline for binding, a one-layer grid
+  convolution to a 2-d embedding per pixel and frame, pooled over time (52
+  parameters).
 
 Every model returns a dict with ``"emb"`` (``[B, N, 2]`` phase embedding for
 binding, unit-ish vectors) or ``"logits"`` (``[B, C]``), and ``"spikes"``
@@ -281,9 +284,11 @@ class RateRNN(_Encoded):
 
 
 class ConvEmbed(nnx.Module):
-    """The equal-size ANN for binding: ``e_c(i) = tanh(sum_o k_co x_{i+o} + b_c)``, c in
-    {0, 1}, over the ``(2r+1)^2`` neighbourhood with its centre; ``emb`` is ``e``
-    normalised (its angle plays the phase)."""
+    """The feed-forward conv baseline for binding: per frame ``x_t``,
+    ``e_c(i, t) = tanh(sum_o k_co x_t(i+o) + b_c)``, c in {0, 1}, over the ``(2r+1)^2``
+    neighbourhood with its centre, averaged over frames (a per-frame CNN pooled over
+    time; on a static image it is the one-frame conv); ``emb`` is the mean normalised
+    (its angle plays the phase). 52 parameters at radius 2."""
 
     def __init__(self, height: int, width: int, radius: int, *, rngs: nnx.Rngs):
         idx = sc.grid_offset_index(height, width, radius)
@@ -295,13 +300,51 @@ class ConvEmbed(nnx.Module):
 
     def __call__(self, inputs: jax.Array, *, key: jax.Array) -> dict:
         del key
-        x = inputs[:, 0].astype(jnp.float32)  # the image (constant over time)
+        x = inputs.astype(jnp.float32)  # [B, T, N]
         idx = self.index[...]
         mats = jnp.where(idx[None] >= 0, self.kernel[...][:, jnp.maximum(idx, 0)], 0.0)
-        e = jnp.tanh(jnp.einsum("bj,cji->bic", x, mats) + self.bias[...])
+        e = jnp.tanh(jnp.einsum("btj,cji->btic", x, mats) + self.bias[...]).mean(1)
         emb = e * lax.rsqrt((e * e).sum(-1, keepdims=True) + 1e-6)
         return {"emb": emb, "phase": jnp.arctan2(e[..., 1], e[..., 0]),
                 "spikes": jnp.zeros((x.shape[0],))}
+
+
+class ConvRNN(nnx.Module):
+    """The equal-size ANN for temporal binding: a recurrent conv net on the grid with a
+    two-channel state per pixel (a conventional, non-spiking counterpart of S²-Net)::
+
+        h_i(t) = tanh(u x_i(t) + A h_i(t-1) + sum_o k_o (.) h_{i+o}(t-1) + b)
+
+    ``A`` a 2x2 self-recurrence, ``k_o`` a per-channel weight per offset of the
+    ``(2r+1)^2 - 1`` neighbours (shared across positions, as S²-Net's couplings), ``emb``
+    the final state normalised. 56 parameters at radius 2 against S²-Net's 50. A rotation
+    ``A`` makes ``h`` a leaky resonator whose angle is the input's phase, so the
+    architecture can represent the binding solution."""
+
+    def __init__(self, height: int, width: int, radius: int, *, rngs: nnx.Rngs):
+        n_off = len(sc.grid_offsets(radius))
+        self.index = Scaffold(jnp.asarray(sc.grid_offset_index(height, width, radius)))
+        self.u = nnx.Param(jax.random.normal(rngs.params(), (2,)))
+        self.a = nnx.Param(0.5 * jax.random.normal(rngs.params(), (2, 2)))
+        self.kernel = nnx.Param(0.1 * jax.random.normal(rngs.params(), (2, n_off)))
+        self.bias = nnx.Param(jnp.zeros((2,)))
+
+    def __call__(self, inputs: jax.Array, *, key: jax.Array) -> dict:
+        del key
+        x = jnp.swapaxes(inputs.astype(jnp.float32), 0, 1)  # [T, B, N]
+        idx = self.index[...]
+        mats = jnp.where(idx[None] >= 0, self.kernel[...][:, jnp.maximum(idx, 0)], 0.0)
+        u, a, bias = self.u[...], self.a[...], self.bias[...]
+
+        def body(h, x_t):
+            nb = jnp.einsum("bjc,cji->bic", h, mats)
+            h = jnp.tanh(x_t[..., None] * u + h @ a + nb + bias)
+            return h, None
+
+        h, _ = lax.scan(body, jnp.zeros((*x.shape[1:], 2)), x)
+        emb = h * lax.rsqrt((h * h).sum(-1, keepdims=True) + 1e-6)
+        return {"emb": emb, "phase": jnp.arctan2(h[..., 1], h[..., 0]),
+                "spikes": jnp.zeros((x.shape[1],))}
 
 
 def n_params(model: nnx.Module) -> int:

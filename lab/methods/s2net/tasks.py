@@ -4,6 +4,13 @@
 * :func:`binding_batch`: temporal binding of overlapping shapes: a horizontal
   and a vertical bar that cross on a ``size x size`` grid; the network must put
   the pixels of each bar in one phase cluster.
+* :func:`flicker_batch`: temporal binding without a local cue: every pixel of the
+  grid has the same mean firing rate; objects (interleaved sets of rows) differ only
+  in WHEN their pixels fire (phase-locked to the rhythm at an object-specific phase).
+  A single sparse frame or the time-averaged image carries little group information.
+* :func:`bound_query_batch`: semantic reasoning over bound features: objects, each
+  a colour and a shape channel firing at the object's phase; the question "is colour
+  0 bound to shape 0?" has the same channel rates for either answer.
 * :func:`spike_train_batch`: neural activity decoding: Bernoulli spike trains of
   direction-tuned input neurons (von Mises tuning curves, trial-to-trial gain
   noise), class = stimulus direction.
@@ -46,6 +53,113 @@ def binding_batch(seed: int, index: int, batch: int, size: int = 8, steps: int =
     labels = labels.reshape(batch, size * size)
     image = (labels > 0).astype(np.float32)
     return {"inputs": np.repeat(image[:, None, :], steps, axis=1), "labels": labels}
+
+
+def flicker_batch(seed: int, index: int, batch: int, size: int = 8, steps: int = 64,
+                  n_objects: int = 2, period: int = 8, rate: float = 0.2, depth: float = 1.0,
+                  jitter: float = 0.5) -> dict:
+    """Temporal binding by phase-locked firing (objects = random sets of rows of the grid).
+
+    Every row of the ``size x size`` grid is assigned to one of ``n_objects`` objects at
+    random (each object gets at least one row), so objects interleave and their pixel
+    positions do not cluster. Object ``k`` has phase
+    ``phi_k = phi_0 + 2*pi*k/n_objects + jitter * U(-pi/n, pi/n)`` (``phi_0`` uniform),
+    i.e. objects are spread over the cycle. Each pixel of object ``k`` fires
+    independently at frame ``t`` with probability
+    ``rate * (1 + depth * cos(2*pi*t/period - phi_k))`` (phase-locked Bernoulli spikes).
+    Difficulty knobs: ``n_objects``; ``rate`` and ``depth`` (less of either, less
+    evidence per frame); ``jitter`` (0 evenly spread phases, 1 neighbouring objects may
+    coincide); ``steps``. Every pixel fires at the same mean rate whatever its object and
+    a frame lights only a sparse, noisy subset of pixels, so appearance (one frame, the
+    time average, a neighbourhood) carries little group information; the phase of a
+    pixel's firing relative to the other pixels does.
+
+    Returns ``{"inputs": [B, T, size*size] float32 (0/1), "labels": [B, size*size] int32``
+    (object ``1..n_objects``), ``"phases": [B, n_objects]`` (each object's phase)}.
+    """
+    if not 2 <= n_objects <= size:
+        raise ValueError(f"n_objects={n_objects} must lie in [2, size={size}]")
+    _check_rhythm(rate, depth, period)
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter={jitter} must lie in [0, 1]")
+    rng = _rng(seed, index, 4)
+    rows = np.empty((batch, size), np.int64)
+    for b in range(batch):
+        rows[b] = np.concatenate([np.arange(n_objects),
+                                  rng.integers(0, n_objects, size - n_objects)])
+        rng.shuffle(rows[b])
+    spread = 2 * np.pi * np.arange(n_objects) / n_objects
+    phases = (rng.uniform(0, 2 * np.pi, (batch, 1)) + spread[None]
+              + jitter * rng.uniform(-np.pi / n_objects, np.pi / n_objects, (batch, n_objects)))
+    phases = np.mod(phases, 2 * np.pi)
+    obj = np.repeat(rows, size, axis=1)  # [B, N] object of each pixel (row-major)
+    pix_phase = np.take_along_axis(phases, obj, axis=1)  # [B, N]
+    inputs = _phase_locked(rng, pix_phase, steps, period, rate, depth).transpose(0, 2, 1)
+    return {"inputs": np.ascontiguousarray(inputs), "labels": (obj + 1).astype(np.int32),
+            "phases": phases.astype(np.float32)}
+
+
+def _phase_locked(rng: np.random.Generator, phases: np.ndarray, steps: int, period: int,
+                  rate: float, depth: float) -> np.ndarray:
+    """``[..., T]`` 0/1 Bernoulli spikes with probability
+    ``rate * (1 + depth * cos(2*pi*t/period - phase))`` for each entry of ``phases``."""
+    t = 2 * np.pi * np.arange(steps) / period
+    prob = rate * (1 + depth * np.cos(t - phases[..., None]))
+    return (rng.random(prob.shape) < prob).astype(np.float32)
+
+
+def _check_rhythm(rate: float, depth: float, period: int) -> None:
+    if not 0.0 < rate <= 0.5:
+        raise ValueError(f"rate={rate} must lie in (0, 0.5] (a firing probability per frame "
+                         "that stays <= 1 at the peak)")
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth={depth} must lie in [0, 1]")
+    if period < 2:
+        raise ValueError(f"period={period} must be >= 2 steps")
+
+
+def bound_query_batch(seed: int, index: int, batch: int, n_objects: int = 3,
+                      n_features: int = 4, steps: int = 32, period: int = 8,
+                      rate: float = 0.2, depth: float = 1.0, jitter: float = 0.5) -> dict:
+    """Semantic reasoning over bound features: "is the red object a square?".
+
+    A scene has ``n_objects`` objects, each with a distinct colour and a distinct shape out
+    of ``n_features`` of each. Object 0 has colour 0; shape 0 is on object 0 (label 1) or
+    on another object (label 0), balanced; the other colours and shapes are drawn at
+    random. Every object has a phase (spread over the cycle with ``jitter`` as in
+    :func:`flicker_batch`) and its colour and shape channels fire as independent phase-locked
+    Bernoulli spikes at that phase (``rate``, ``depth``, ``period`` as there). Both labels
+    light ``n_objects`` colour and ``n_objects`` shape channels, colour 0 and shape 0
+    among them, at the same mean rate, so the channel rates alone (a no-context readout)
+    are at chance; the answer is whether colour 0 and shape 0 fire in phase.
+
+    Returns ``{"inputs": [B, T, 2*n_features] float32 (0/1)`` (colours then shapes),
+    ``"labels": [B] int32}``.
+    """
+    if not 2 <= n_objects <= n_features:
+        raise ValueError(f"n_objects={n_objects} must lie in [2, n_features={n_features}]")
+    _check_rhythm(rate, depth, period)
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter={jitter} must lie in [0, 1]")
+    rng = _rng(seed, index, 5)
+    labels = rng.integers(0, 2, batch).astype(np.int32)
+    spread = 2 * np.pi * np.arange(n_objects) / n_objects
+    phases = (rng.uniform(0, 2 * np.pi, (batch, 1)) + spread[None]
+              + jitter * rng.uniform(-np.pi / n_objects, np.pi / n_objects, (batch, n_objects)))
+    colour_phase = np.zeros((batch, n_features))
+    shape_phase = np.zeros((batch, n_features))
+    colour_on = np.zeros((batch, n_features), bool)
+    shape_on = np.zeros((batch, n_features), bool)
+    for b in range(batch):
+        colours = np.concatenate([[0], 1 + rng.permutation(n_features - 1)[:n_objects - 1]])
+        shapes = 1 + rng.permutation(n_features - 1)[:n_objects]
+        shapes[0 if labels[b] else rng.integers(1, n_objects)] = 0
+        colour_phase[b, colours], shape_phase[b, shapes] = phases[b], phases[b]
+        colour_on[b, colours], shape_on[b, shapes] = True, True
+    on = np.concatenate([colour_on, shape_on], 1)
+    spikes = _phase_locked(rng, np.concatenate([colour_phase, shape_phase], 1), steps, period,
+                           rate, depth) * on[..., None]
+    return {"inputs": np.ascontiguousarray(spikes.transpose(0, 2, 1)), "labels": labels}
 
 
 def spike_train_batch(seed: int, index: int, batch: int, *, n_in: int = 32, steps: int = 64,

@@ -35,7 +35,8 @@ def pair_phase_loss(emb: jax.Array, labels: jax.Array, n_groups: int = 2) -> jax
     return jnp.sum(jnp.where(mask, 0.5 * (1.0 - target * sim), 0.0)) / jnp.maximum(mask.sum(), 1)
 
 
-def binding_loss(spike_penalty: float = 0.0, oscillator_weight: float = 0.0) -> Callable:
+def binding_loss(spike_penalty: float = 0.0, oscillator_weight: float = 0.0,
+                 n_groups: int = 2) -> Callable:
     """Trainer loss for binding: :func:`pair_phase_loss` of the spike phases, plus
     ``oscillator_weight`` times the same loss on S²-Net's top-down oscillator phases
     (``osc_emb``; models without oscillators ignore it), plus ``spike_penalty`` times the
@@ -51,11 +52,12 @@ def binding_loss(spike_penalty: float = 0.0, oscillator_weight: float = 0.0) -> 
 
     def loss_fn(model: nnx.Module, batch: dict, rng: jax.Array):
         out = model(batch["inputs"], key=rng)
-        phase = pair_phase_loss(out["emb"], batch["labels"])
+        phase = pair_phase_loss(out["emb"], batch["labels"], n_groups)
         rate = out["rates"].mean() if "rates" in out else jnp.zeros(())
         loss = phase + spike_penalty * rate
         if oscillator_weight and "osc_emb" in out:
-            loss = loss + oscillator_weight * pair_phase_loss(out["osc_emb"], batch["labels"])
+            loss = loss + oscillator_weight * pair_phase_loss(out["osc_emb"], batch["labels"],
+                                                              n_groups)
         return loss, {"loss": loss, "phase_loss": phase, "spikes": out["spikes"].mean()}
 
     return loss_fn
@@ -104,18 +106,21 @@ def _forward(model: nnx.Module):
     return lambda inputs, key: run(state, inputs, key)
 
 
-def evaluate(model: nnx.Module, batches: list[dict], *, task: str, seed: int = 0) -> dict:
-    """Mean metric over ``batches``: ``"ari"`` (binding) or ``"accuracy"``, and the mean
-    spike count per sample ``"spikes"``."""
+def evaluate(model: nnx.Module, batches: list[dict], *, task: str, seed: int = 0,
+             n_groups: int = 2) -> dict:
+    """Mean metric over ``batches``: ``"ari"`` (binding, over ``n_groups`` groups) or
+    ``"accuracy"``, their standard errors over samples ``"ari_se"`` / ``"accuracy_se"``,
+    and the mean spike count per sample ``"spikes"``."""
     forward = _forward(model)
     scores, spikes = [], []
     for i, batch in enumerate(batches):
         out = forward(jnp.asarray(batch["inputs"]), jax.random.fold_in(jax.random.key(seed), i))
         if task == "binding":
-            scores.append(metrics.binding_ari(out["emb"], batch["labels"]))
+            scores.append(metrics.binding_ari(out["emb"], batch["labels"], n_groups))
         else:
             scores.append(np.asarray(jnp.argmax(out["logits"], -1)) == batch["labels"])
         spikes.append(np.asarray(out["spikes"]))
     key = "ari" if task == "binding" else "accuracy"
-    return {key: float(np.mean(np.concatenate(scores))),
+    scores = np.concatenate(scores).astype(np.float64)
+    return {key: float(np.mean(scores)), f"{key}_se": metrics.standard_error(scores),
             "spikes": float(np.mean(np.concatenate(spikes)))}
