@@ -62,6 +62,14 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.claims.gating_selectivity = 0.5
     c.claims.zero_shot_accuracy = 0.9
     c.claims.refit_margin = 0.1
+    c.claims.min_n_values = 5      # N values every log-N fit needs
+    c.claims.slope_level = 0.95    # t-interval of the log-N slope that must exclude 0
+    c.claims.bound_ratio_spread = 2.0  # max/min of measured d / bound d ("up to a constant")
+    c.claims.cot_growth = 1.5      # CoT d at max_hops / at one hop: "does not grow"
+    # Regime: "near chance" is at most chance_factor / N; a random table's R^2 at most random_r2.
+    c.claims.chance_factor = 5.0
+    c.claims.random_r2 = 0.1
+    c.claims.reads_emission = 0.5  # CoT answers follow a corrupted emission this often
 
     if preset == "test":
         c.construction.ns = [16, 64, 256]
