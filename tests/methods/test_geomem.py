@@ -126,7 +126,8 @@ def test_smallest_dim_bisection_and_log_fit():
 
 def test_log_rule_needs_a_positive_slope_five_n_values_and_log_beating_linear():
     ns = [64, 256, 1024, 4096, 16384]
-    log_like = [4 + 3 * math.log(n) + e for n, e in zip(ns, [0.4, -0.3, 0.2, -0.4, 0.1])]
+    log_like = [4 + 3 * math.log(n) + e for n, e in zip(ns, [0.4, -0.3, 0.2, -0.4, 0.1],
+                                                             strict=True)]
     held = capacity.log_rule(ns, log_like)
     assert held["holds"] and held["c_low"] > 0 and held["c_low"] < 3 < held["c_high"]
     assert held["r2"] > held["r2_linear"] and held["n_values"] == 5

@@ -16,8 +16,8 @@ def _ratio(d, n: int, n_relations: int):
 
 def main_table(res: dict, n_relations: int) -> list[dict]:
     """One row per N: smallest width at 99% for construction and training, the
-    counting bound at 1 bit/coordinate and each width over it, bits per coordinate used, and (where a
-    model was trained) the superposition R^2, gating selectivity and zero-shot
+    counting bound at 1 bit/coordinate and each width over it, bits per coordinate
+    used, and (where a model was trained) the superposition R^2, gating selectivity and zero-shot
     accuracy of the search's early-stopped model at ``d_train``."""
     cons = {r["n"]: r["d"] for r in res["construction"]}
     train = {r["n"]: r["d"] for r in res["train"]}
