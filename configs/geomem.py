@@ -3,8 +3,8 @@
 Run:
   python -m experiments.geomem --config=configs/geomem.py:default --workdir=/tmp/geomem
 
-Presets: ``test`` (seconds, used by the tests), ``default`` (a few minutes on a
-two-core CPU: construction up to N=16384, training at N in {256, 1024, 4096}),
+Presets: ``test`` (seconds, used by the tests), ``default`` (about three minutes on
+one CPU core: construction at nine N from 16 to 4096, training at six N from 64 to 2048),
 ``paper`` (larger N, more relations, longer training; a GPU host).
 """
 
@@ -23,14 +23,17 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.n_relations = 2
     c.target_accuracy = 0.99
 
-    # Closed-form construction: subject dimension m searched on m_grid per N.
+    # Closed-form construction: subject dimension m searched on m_grid per N, the accuracy
+    # at each m averaged over `seeds` draws (also for the multi-hop construction).
     c.construction = ml_collections.ConfigDict()
-    c.construction.ns = [16, 64, 256, 1024, 4096]
+    c.construction.ns = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     c.construction.m_grid = list(range(4, 129, 2))
+    c.construction.seeds = 3
 
-    # Gradient-descent training of the one-layer model (bisection over d_grid per N).
+    # Gradient-descent training of the one-layer model: bisection over d_grid at the
+    # smallest N, then a walk from the previous N's answer (>= 5 N for the log-N fit).
     c.train = ml_collections.ConfigDict()
-    c.train.ns = [256, 1024, 4096]
+    c.train.ns = [64, 128, 256, 512, 1024, 2048]
     c.train.d_grid = [2, 3, 4, 5, 6, 8, 10, 12, 16]
     c.train.hidden_mult = 4
     c.train.steps = 2000
@@ -72,10 +75,11 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.claims.reads_emission = 0.5  # CoT answers follow a corrupted emission this often
 
     if preset == "test":
-        c.construction.ns = [16, 64, 256]
+        c.construction.ns = [16, 32, 64, 128, 256]
         c.construction.m_grid = list(range(4, 65, 4))
-        c.train.ns = [32, 64, 128]
-        c.train.d_grid = [4, 8, 16]
+        c.construction.seeds = 1
+        c.train.ns = [8, 16, 32, 64, 128]
+        c.train.d_grid = [2, 4, 8]
         c.train.steps = 600
         c.train.segment = 200
         c.train.learning_rate = 3e-2
@@ -92,7 +96,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.n_relations = 4
         c.construction.ns = [256, 1024, 4096, 16384, 65536]
         c.construction.m_grid = list(range(8, 513, 4))
-        c.train.ns = [256, 1024, 4096, 16384]
+        c.train.ns = [256, 512, 1024, 2048, 4096, 8192, 16384]
         c.train.d_grid = [4, 6, 8, 12, 16, 24, 32, 48, 64]
         c.train.steps = 20000
         c.train.batch_size = 4096

@@ -39,6 +39,7 @@ def check_config(config):
         "target_accuracy": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
         "construction.ns": (_ints(2), "a non-empty list of ints >= 2"),
         "construction.m_grid": (_ints(1), "a non-empty list of positive ints"),
+        "construction.seeds": (lambda v: v >= 1, "an int >= 1"),
         "train.ns": (_ints(2), "a non-empty list of ints >= 2"),
         "train.d_grid": (_ints(1), "a non-empty list of positive ints"),
         "train.hidden_mult": (lambda v: v >= 1, "an int >= 1"),
@@ -271,7 +272,8 @@ def run(config, workdir: str) -> dict:
 
     t0 = time.time()
     res["construction"] = sweeps.construction_dims(cfg.construction.ns, r, cfg.construction.m_grid,
-                                                   target=target, seed=seed)
+                                                   target=target, seed=seed,
+                                                   seeds=cfg.construction.seeds)
     res["construction_fit"] = _fit(res["construction"], cfg)
     seconds["construction"] = time.time() - t0
     bar.update()
@@ -310,9 +312,10 @@ def run(config, workdir: str) -> dict:
     depth = []
     for hops in range(1, mh.max_hops + 1):
         no_cot = sweeps.construction_dims([mh.n], r, mh.m_grid, hops=hops, target=target,
-                                          seed=seed)[0]
+                                          seed=seed, seeds=cfg.construction.seeds)[0]
         cot = sweeps.construction_dims([mh.n], r, mh.m_grid, hops=hops, cot=True,
-                                       target=target, seed=seed)[0]
+                                       target=target, seed=seed,
+                                       seeds=cfg.construction.seeds)[0]
         # Counting bound at 1 bit/coordinate: one pass stores R^L chain tables, CoT R.
         b_no, b_cot = capacity.bound_dim(mh.n, r ** hops, 1.0), capacity.bound_dim(mh.n, r, 1.0)
         depth.append({"hops": hops, "m_no_cot": no_cot["m"], "m_cot": cot["m"],

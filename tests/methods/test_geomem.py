@@ -116,6 +116,17 @@ def test_smallest_dim_bisection_and_log_fit():
     d, seen = capacity.smallest_dim(step, grid, 0.99)
     assert d == 37 and len(calls) <= 8 and seen[37] == 1.0
     assert capacity.smallest_dim(lambda d: 0.0, grid)[0] is None
+    # The walk from a guess: a good guess costs the answer and the point below it.
+    calls.clear()
+    assert capacity.smallest_dim(step, grid, 0.99, start=37)[0] == 37 and calls == [37, 36]
+    calls.clear()
+    assert capacity.smallest_dim(step, grid, 0.99, start=35)[0] == 37 and calls == [35, 36, 37]
+    calls.clear()
+    d, seen = capacity.smallest_dim(step, grid, 0.99, start=40)
+    assert d == 37 and calls == [40, 39, 38, 37, 36] and seen[36] == 0.5
+    assert capacity.smallest_dim(lambda d: 0.0, [2, 4, 8], start=4) == (None, {4: 0.0, 8: 0.0})
+    with pytest.raises(ValueError, match="start=5; expected a point of the grid"):
+        capacity.smallest_dim(step, [2, 4, 8], start=5)
     ns = [64, 256, 1024, 4096]
     fit = capacity.log_fit(ns, [3 + 2 * math.log(n) for n in ns])
     assert fit["c"] == pytest.approx(2) and fit["a"] == pytest.approx(3) and fit["r2"] == 1.0

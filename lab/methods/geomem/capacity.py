@@ -17,11 +17,16 @@ import numpy as np
 
 
 def smallest_dim(evaluate: Callable[[int], float], grid: Sequence[int],
-                 target: float = 0.99) -> tuple[int | None, dict[int, float]]:
-    """Bisection over a sorted grid for the smallest ``d`` with ``evaluate(d) >= target``.
+                 target: float = 0.99, start: int | None = None
+                 ) -> tuple[int | None, dict[int, float]]:
+    """The smallest ``d`` of a sorted grid with ``evaluate(d) >= target``.
 
-    Assumes accuracy grows with ``d`` (it does in expectation; a single seed may
-    wobble near the threshold). Evaluates O(log len(grid)) points.
+    Without ``start``: bisection, O(log len(grid)) evaluations (the largest point first).
+    With ``start`` (a guess on the grid, e.g. the answer at a smaller N): a walk from it,
+    down while points pass and up while they fail, so that a good guess costs two
+    evaluations (the answer and the point below it). Both assume accuracy grows with
+    ``d`` (it does in expectation; a single seed may wobble near the threshold), and both
+    evaluate the grid point just below the answer unless the answer is the grid's first.
 
     Returns:
       ``(d_star or None if even the largest grid point misses, {d: accuracy evaluated})``.
@@ -29,6 +34,8 @@ def smallest_dim(evaluate: Callable[[int], float], grid: Sequence[int],
     grid = sorted(int(g) for g in grid)
     if not grid or grid[0] <= 0:
         raise ValueError(f"grid={grid!r}; expected positive dimensions")
+    if start is not None and int(start) not in grid:
+        raise ValueError(f"start={start!r}; expected a point of the grid {grid}")
     seen: dict[int, float] = {}
 
     def ok(i):
@@ -37,6 +44,17 @@ def smallest_dim(evaluate: Callable[[int], float], grid: Sequence[int],
             seen[d] = float(evaluate(d))
         return seen[d] >= target
 
+    if start is not None:
+        i = grid.index(int(start))
+        if ok(i):
+            while i > 0 and ok(i - 1):
+                i -= 1
+            return grid[i], dict(sorted(seen.items()))
+        while i < len(grid) - 1:
+            i += 1
+            if ok(i):
+                return grid[i], dict(sorted(seen.items()))
+        return None, dict(sorted(seen.items()))
     if not ok(len(grid) - 1):
         return None, seen
     lo, hi = -1, len(grid) - 1  # invariant: grid[hi] passes, grid[lo] fails (or lo = -1)

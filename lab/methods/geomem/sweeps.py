@@ -24,19 +24,26 @@ from lab.methods.geomem.model import OneLayer, accuracy, capture, predict
 
 
 def construction_dims(ns, n_relations: int, m_grid, *, hops: int = 1, cot: bool = False,
-                      target: float = 0.99, seed: int = 0) -> list[dict]:
+                      target: float = 0.99, seed: int = 0, seeds: int = 1) -> list[dict]:
     """Rows ``{"n", "m", "d", "accuracy_at": {m: acc}}``: smallest subject dim ``m`` and
-    model width ``d = m + hops*R`` at which the construction reaches ``target``."""
+    model width ``d = m + hops*R`` at which the construction reaches ``target``.
+
+    The accuracy at each ``m`` is the mean over ``seeds`` independent draws (bijections,
+    codes and bindings from seeds ``seed .. seed + seeds - 1``): the construction's expected
+    accuracy, whose single draws wobble by a few facts at small ``N``."""
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds={seeds!r}; expected a positive int")
     rows = []
     for n in ns:
-        perms = data.bijections(seed, n, n_relations)
+        draws = [(s, data.bijections(s, n, n_relations)) for s in range(seed, seed + seeds)]
         if cot:
-            def evaluate(m, perms=perms):
-                return construction.cot_accuracy(seed, perms, m, hops)
+            def evaluate(m, draws=draws):
+                return float(np.mean([construction.cot_accuracy(s, p, m, hops)
+                                      for s, p in draws]))
             extra = n_relations  # the one-hop model's relation dims
         else:
-            def evaluate(m, perms=perms):
-                return construction.accuracy(seed, perms, m, hops)
+            def evaluate(m, draws=draws):
+                return float(np.mean([construction.accuracy(s, p, m, hops) for s, p in draws]))
             extra = hops * n_relations
         m_star, seen = capacity.smallest_dim(evaluate, m_grid, target)
         rows.append({"n": n, "m": m_star, "d": None if m_star is None else m_star + extra,
@@ -52,7 +59,11 @@ def _train_one(n, perms, hops, d, hidden_mult, width, fit_cfg, seed):
 
 def train_dims(ns, n_relations: int, d_grid, fit_cfg: training.FitConfig, *,
                hidden_mult: int = 4, seed: int = 0, progress=None) -> tuple[list[dict], dict]:
-    """Smallest trained width reaching ``fit_cfg.target`` per ``N`` (bisection over ``d_grid``).
+    """Smallest trained width reaching ``fit_cfg.target`` per ``N`` (ascending).
+
+    The smallest ``N`` bisects ``d_grid``; each next one walks from the previous answer
+    (:func:`capacity.smallest_dim` with ``start``): a run that misses trains for every
+    step, so the two-evaluation walk is what keeps five or more ``N`` affordable.
 
     Returns:
       rows ``{"n", "d", "accuracy_at": {d: acc}, "steps_at", "seconds"}`` and
@@ -60,8 +71,8 @@ def train_dims(ns, n_relations: int, d_grid, fit_cfg: training.FitConfig, *,
       none passed) and its bijections.
     """
     rows, models = [], {}
-    width = max(d_grid)
-    for n in ns:
+    width, start = max(d_grid), None
+    for n in sorted(ns):
         t0 = time.time()
         perms = data.bijections(seed, n, n_relations)
         trained, steps = {}, {}
@@ -74,7 +85,8 @@ def train_dims(ns, n_relations: int, d_grid, fit_cfg: training.FitConfig, *,
                          f"after {stats['steps']} steps")
             return stats["accuracy"]
 
-        d_star, seen = capacity.smallest_dim(evaluate, d_grid, fit_cfg.target)
+        d_star, seen = capacity.smallest_dim(evaluate, d_grid, fit_cfg.target, start=start)
+        start = d_star  # the next (larger) N starts its walk here
         # The passing model, or the widest one tried when none passed.
         models[n] = (trained[d_star if d_star is not None else max(trained)], perms)
         rows.append({"n": n, "d": d_star, "accuracy_at": seen, "steps_at": steps,
