@@ -12,6 +12,7 @@ beside the information-theoretic count of the facts' bits.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from absl import logging
@@ -53,6 +54,7 @@ def check_config(config):
         "multihop.m_grid": (_ints(1), "a non-empty list of positive ints"),
         "multihop.train_n": (lambda v: v >= 2, "an int >= 2"),
         "multihop.d_grid": (_ints(1), "a non-empty list of positive ints"),
+        "multihop.steps": pos,
         "claims.min_n_values": (lambda v: v >= 3, "an int >= 3 (a slope interval needs 3)"),
         "claims.slope_level": (lambda v: 0 < v < 1, "a confidence level in (0, 1)"),
         "claims.bound_ratio_spread": (lambda v: v >= 1, "a ratio >= 1"),
@@ -327,7 +329,9 @@ def run(config, workdir: str) -> dict:
                           mh.n, r ** hops, no_cot["d"]),
                       "bits_per_coord_cot": capacity.bits_per_coordinate(mh.n, r, cot["d"])})
     res["multihop"] = {"n": mh.n, "construction": depth, "train_n": mh.train_n,
-                       "train": sweeps.multihop(mh.train_n, r, mh.d_grid, fit_cfg, hops=2,
+                       "train": sweeps.multihop(mh.train_n, r, mh.d_grid,
+                                                dataclasses.replace(fit_cfg, steps=mh.steps),
+                                                hops=2,
                                                 hidden_mult=cfg.train.hidden_mult, seed=seed,
                                                 progress=note, width=max(cfg.train.d_grid))}
     seconds["multihop"] = time.time() - t0
