@@ -126,13 +126,14 @@ CLAIM_BREAKS = [  # (claim index, what is changed) - each must turn that claim f
     (9, lambda res: [row.update(cot=row["no_cot"] - 0.01) for row in res["multihop"]["train"]]),
 ]
 
+_TEST = get_config("test")
 REGIME_BREAKS = [  # (regime index, what is changed)
-    (0, lambda res: _set(res, "construction.0.m", 4)),  # passes at the grid's smallest point
-    (0, lambda res: _set(res, "construction.3.m", None)),  # never passes
-    (1, lambda res: _set(res, "train.0.d", 4)),
+    (0, lambda res: _set(res, "construction.0.m", min(_TEST.construction.m_grid))),  # grid's
+    (0, lambda res: _set(res, "construction.3.m", None)),  # first point passes; none passes
+    (1, lambda res: _set(res, "train.0.d", min(_TEST.train.d_grid))),
     (1, lambda res: _set(res, "train.4.d", None)),
     (2, lambda res: _set(res, "multihop.construction.1.m_cot", None)),
-    (2, lambda res: _set(res, "multihop.construction.0.m_no_cot", 4)),
+    (2, lambda res: _set(res, "multihop.construction.0.m_no_cot", min(_TEST.multihop.m_grid))),
     (3, lambda res: _set(res, "multihop.train.0.no_cot", 0.995)),  # one pass at ceiling
     (4, lambda res: _set(res, "multihop.train.4.cot", 0.9) or
      _set(res, "multihop.train.4.no_cot", 0.9)),  # neither arm learns the task
