@@ -81,7 +81,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.construction.ns = [16, 32, 64, 128, 256]
         c.construction.m_grid = list(range(4, 65, 4))
         c.construction.seeds = 1
-        c.train.ns = [8, 16, 32, 64, 128]
+        c.train.ns = [16, 32, 64]  # plumbing only: the log-N rule needs >= 5 N
         c.train.d_grid = [2, 4, 8]
         c.train.steps = 600
         c.train.segment = 200

@@ -216,3 +216,15 @@ def test_shortcut_baselines_stay_near_chance():
         b = data.shortcut_baselines(perms(n, 2), hops)
         assert b["relation_only"] == pytest.approx(1 / n)
         assert b["copy_subject"] <= 5 / n and b["chance"] == 1 / n
+
+
+def test_construction_dims_averages_the_accuracy_over_draws():
+    grid = [8, 16, 24, 32]
+    one = [sweeps.construction_dims([64], 2, grid, seed=s)[0] for s in (0, 1)]
+    both = sweeps.construction_dims([64], 2, grid, seed=0, seeds=2)[0]
+    for m, acc in both["accuracy_at"].items():
+        singles = [construction.accuracy(s, data.bijections(s, 64, 2), m) for s in (0, 1)]
+        assert acc == pytest.approx(sum(singles) / 2)
+    assert both["d"] == both["m"] + 2 and one[0]["d"] == one[0]["m"] + 2
+    with pytest.raises(ValueError, match="seeds=0; expected a positive int"):
+        sweeps.construction_dims([64], 2, grid, seeds=0)
