@@ -60,6 +60,10 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.multihop.train_n = 256
     c.multihop.d_grid = [6, 8, 12, 16]
     c.multihop.steps = 4000
+    # Relations of the trained multi-hop facts: one pass superposes R^2 composites. With R = 2
+    # (4 vs 2 terms) one pass is not width-bound at N=256 and both arms reach 0.99 at d=12;
+    # with R = 3 (9 vs 3) it is (docs/geomem.md).
+    c.multihop.train_relations = 3
 
     # Claim thresholds (stated in results.json next to each claim).
     c.claims = ml_collections.ConfigDict()
@@ -113,4 +117,5 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.multihop.train_n = 1024
         c.multihop.d_grid = [8, 12, 16, 24, 32, 48]
         c.multihop.steps = 20000
+        c.multihop.train_relations = 4
     return c

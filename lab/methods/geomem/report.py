@@ -150,7 +150,8 @@ def markdown(res: dict, cfg) -> str:
         ]),
         f"\n## Multi-hop: capacity-depth (construction, N={res['multihop']['n']})\n",
         markdown_table(res["multihop"]["construction"]),
-        f"\n## Multi-hop: two-hop accuracy under training (N={res['multihop']['train_n']}; "
+        f"\n## Multi-hop: two-hop accuracy under training (N={res['multihop']['train_n']}, "
+        f"R={res['multihop'].get('train_relations')}; "
         "CoT evaluated on its own emitted hop-1 answers)\n",
         markdown_table(res["multihop"]["train"]),
         "\n## Time (s)\n",
