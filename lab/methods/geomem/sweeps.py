@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax.numpy as jnp
@@ -227,8 +228,6 @@ def multihop(n: int, n_relations: int, d_grid, fit_cfg: training.FitConfig, *, h
     ``{"d", "no_cot", "cot", "cot_first_step", "cot_teacher_forced", "cot_corrupted_answer",
     "cot_follows_corruption", "steps_no_cot", "steps_cot"}``.
     """
-    import dataclasses
-
     perms = data.bijections(seed + 7, n, n_relations)
     tokens, answers, _ = data.queries(perms, hops)
     steps, targets, chain_list = data.cot_steps(perms, hops)
