@@ -27,11 +27,13 @@ def test_only_geomem_writes_scoreboard_status_and_rewritten_plots(tmp_path):
     on_disk = json.loads((tmp_path / "geomem" / "results.json").read_text())
     n_claims = len(on_disk["claims"])
     assert summary["experiments"][0]["claims"] == on_disk["claims"]
-    assert summary["claims_total"] == n_claims == 8
+    assert summary["claims_total"] == n_claims == 10
     held = sum(c["holds"] for c in on_disk["claims"])
     assert summary["claims_held"] == held
     assert f"{held} of {n_claims} claims hold" in report
-    assert report.count("| geomem | yes |") + report.count("| geomem | no |") == n_claims
+    # one scoreboard row per claim and one regime row per check
+    assert report.count("| geomem | yes |") + report.count("| geomem | no |") == \
+        n_claims + len(on_disk["regime"])
     assert "![dims_vs_logn.png](geomem/dims_vs_logn.png)" in report
     assert report.count("\n## geomem\n") == 1 and "\n### Claims\n" in report  # demoted
     assert (tmp_path / "geomem" / "dims_vs_logn.png").exists()

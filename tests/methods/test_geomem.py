@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lab.methods.geomem import capacity, construction, data, probes, training
+from lab.methods.geomem import capacity, construction, data, probes, sweeps, training
 from lab.methods.geomem.model import OneLayer, accuracy, capture, predict
 
 
@@ -116,9 +116,115 @@ def test_smallest_dim_bisection_and_log_fit():
     d, seen = capacity.smallest_dim(step, grid, 0.99)
     assert d == 37 and len(calls) <= 8 and seen[37] == 1.0
     assert capacity.smallest_dim(lambda d: 0.0, grid)[0] is None
+    # The walk from a guess: a good guess costs the answer and the point below it.
+    calls.clear()
+    assert capacity.smallest_dim(step, grid, 0.99, start=37)[0] == 37 and calls == [37, 36]
+    calls.clear()
+    assert capacity.smallest_dim(step, grid, 0.99, start=35)[0] == 37 and calls == [35, 36, 37]
+    calls.clear()
+    d, seen = capacity.smallest_dim(step, grid, 0.99, start=40)
+    assert d == 37 and calls == [40, 39, 38, 37, 36] and seen[36] == 0.5
+    assert capacity.smallest_dim(lambda d: 0.0, [2, 4, 8], start=4) == (None, {4: 0.0, 8: 0.0})
+    with pytest.raises(ValueError, match="start=5; expected a point of the grid"):
+        capacity.smallest_dim(step, [2, 4, 8], start=5)
     ns = [64, 256, 1024, 4096]
     fit = capacity.log_fit(ns, [3 + 2 * math.log(n) for n in ns])
     assert fit["c"] == pytest.approx(2) and fit["a"] == pytest.approx(3) and fit["r2"] == 1.0
     assert capacity.fact_bits(4, 2) == pytest.approx(2 * math.log2(24))
     assert capacity.bound_dim(1024, 2, 1.0) == pytest.approx(
         capacity.fact_bits(1024, 2) / 1024)
+
+
+def test_log_rule_needs_a_positive_slope_five_n_values_and_log_beating_linear():
+    ns = [64, 256, 1024, 4096, 16384]
+    log_like = [4 + 3 * math.log(n) + e for n, e in zip(ns, [0.4, -0.3, 0.2, -0.4, 0.1],
+                                                             strict=True)]
+    held = capacity.log_rule(ns, log_like)
+    assert held["holds"] and held["c_low"] > 0 and held["c_low"] < 3 < held["c_high"]
+    assert held["r2"] > held["r2_linear"] and held["n_values"] == 5
+    flat = capacity.log_rule(ns, [8, 8, 8, 8, 8])
+    assert not flat["holds"] and flat["c"] == 0.0 and flat["c_low"] == 0.0
+    falling = capacity.log_rule(ns, [10, 8, 6, 4, 2])
+    assert not falling["holds"] and falling["c_high"] < 0
+    # Three (or four) values of N are too few, however good the fit.
+    assert not capacity.log_rule(ns[:3], log_like[:3])["holds"]
+    assert not capacity.log_rule(ns[:4], log_like[:4])["holds"]
+    assert capacity.log_rule(ns[:4], log_like[:4], min_points=4)["holds"]
+    # A miss at one N (None) fails the rule; linear-in-N growth fails the comparison.
+    assert not capacity.log_rule(ns, log_like[:4] + [None])["holds"]
+    linear = capacity.log_rule(ns, [2 + n / 1000 for n in ns])
+    assert linear["c"] > 0 and linear["r2_linear"] > linear["r2"] and not linear["holds"]
+    # Noisy enough that the slope's interval reaches 0: fails although c > 0.
+    noisy = capacity.log_rule(ns, [10, 4, 14, 2, 13])
+    assert noisy["c"] > 0 and noisy["c_low"] < 0 and not noisy["holds"]
+
+
+def test_log_fit_slope_interval_is_the_ols_t_interval():
+    # Hand-checked: x = ln N, residual noise known -> se(c) = sqrt(SSR/(k-2) / Sxx).
+    ns = [math.e ** k for k in (1, 2, 3, 4, 5)]
+    dims = [1.0, 3.0, 2.0, 5.0, 4.0]  # OLS on x = 1..5: c = 0.8, a = 0.6, SSR = 3.6
+    fit = capacity.log_fit(ns, dims)
+    assert fit["c"] == pytest.approx(0.8) and fit["a"] == pytest.approx(0.6)
+    se = math.sqrt(3.6 / 3 / 10.0)
+    assert fit["c_high"] - fit["c"] == pytest.approx(3.182446 * se, rel=1e-5)
+    with pytest.raises(ValueError, match="level=1.5"):
+        capacity.log_fit(ns, dims, level=1.5)
+
+
+def test_cot_steps_feed_each_intermediate_answer_back():
+    p = perms(8, 2)
+    tokens, targets, chain_list = data.cot_steps(p, 2)
+    row = 1 * 8 + 3  # chain 1 = (0, 1) asked of subject 3
+    e1 = p[0][3]
+    assert tuple(chain_list[1]) == (0, 1)
+    assert list(tokens[0, row]) == [-1, 3, 8 + 0, 8 + 2 + 1]
+    assert list(tokens[1, row]) == [3, 8 + 0, 8 + 2 + 1, e1]
+    assert list(targets[:, row]) == [e1, p[1][e1]]
+    np.testing.assert_array_equal(targets[-1], data.queries(p, 2)[1])
+
+
+def test_padding_is_invisible_to_the_model():
+    model = OneLayer(16, 4, 8, 32, rngs=nnx.Rngs(0))
+    t = np.array([[3, 16, 19]], np.int32)
+    padded = np.array([[-1, -1, 3, 16, 19]], np.int32)
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(t))),
+                               np.asarray(model(jnp.asarray(padded))), rtol=1e-6, atol=1e-6)
+
+
+def test_cot_generation_reads_the_models_own_emissions(monkeypatch):
+    # A model that always emits entity 0 at step 1: step 2 must see 0, not the true e_1.
+    n, r = 16, 2
+    p = perms(n, r)
+    model = OneLayer(n, 2 * r, 8, 32, rngs=nnx.Rngs(0))
+    seen = []
+
+    def fake(m, tokens, batch=8192):
+        seen.append(np.asarray(tokens))
+        return jnp.zeros(tokens.shape[0], jnp.int32)
+
+    monkeypatch.setattr(sweeps, "predict", fake)
+    emitted = sweeps.cot_generate(model, p, 2)
+    assert emitted.shape == (2, r * r * n) and (emitted == 0).all()
+    assert (seen[1][:, -1] == 0).all()
+    steps, _, _ = data.cot_steps(p, 2)
+    np.testing.assert_array_equal(seen[1][:, :-1], steps[1][:, :-1])
+    assert (steps[1][:, -1] != 0).any()  # teacher forcing would have differed
+
+
+def test_shortcut_baselines_stay_near_chance():
+    for n, hops in ((64, 1), (256, 1), (256, 2)):
+        b = data.shortcut_baselines(perms(n, 2), hops)
+        assert b["relation_only"] == pytest.approx(1 / n)
+        assert b["copy_subject"] <= 5 / n and b["chance"] == 1 / n
+
+
+def test_construction_dims_averages_the_accuracy_over_draws():
+    grid = [8, 16, 24, 32]
+    one = [sweeps.construction_dims([64], 2, grid, seed=s)[0] for s in (0, 1)]
+    both = sweeps.construction_dims([64], 2, grid, seed=0, seeds=2)[0]
+    for m, acc in both["accuracy_at"].items():
+        singles = [construction.accuracy(s, data.bijections(s, 64, 2), m) for s in (0, 1)]
+        assert acc == pytest.approx(sum(singles) / 2)
+    assert both["d"] == both["m"] + 2 and one[0]["d"] == one[0]["m"] + 2
+    with pytest.raises(ValueError, match="seeds=0; expected a positive int"):
+        sweeps.construction_dims([64], 2, grid, seeds=0)

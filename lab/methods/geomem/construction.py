@@ -103,7 +103,9 @@ def cot_accuracy(seed: int, perms, m: int, hops: int) -> float:
     """Accuracy of ``hops``-hop chains answered by chaining the one-hop construction.
 
     Each hop's predicted entity is fed back as the next subject (chain-of-thought:
-    the intermediate answers are emitted), so errors compound along the chain.
+    the intermediate answers are emitted), so errors compound along the chain. The
+    chaining is the closed-form decode applied hop by hop, outside a network; the trained
+    transformer that reads its own emission is :func:`lab.methods.geomem.sweeps.multihop`.
     """
     pred = decode(construct(seed, perms, m, 1))  # [R, N]
     chain_list = data.chains(np.asarray(perms).shape[0], hops)

@@ -78,3 +78,46 @@ def queries(perms, hops: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rel_tok = [np.repeat(relation_token(n, r, hop, chain_list[:, hop]), n) for hop in range(hops)]
     tokens = np.stack([subj, *rel_tok], axis=1).astype(np.int32)
     return tokens, answers.reshape(-1), chain_list
+
+
+def cot_steps(perms, hops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Teacher-forced chain-of-thought steps of every ``hops``-hop query.
+
+    The sequence of query ``(s, c)`` is ``[s, rel(0, c_1), ..., rel(L-1, c_L), e_1, ...,
+    e_L]`` with ``e_k = pi_{c_k}(... pi_{c_1}(s))`` the intermediate answers: the model
+    emits ``e_1`` after reading the query, reads it back, emits ``e_2`` and so on, and
+    ``e_L`` is the answer. Step ``k`` (``0 <= k < L``) is the prefix ending just before
+    ``e_{k+1}``, left-padded with :data:`~lab.methods.geomem.model.PAD` (-1) to one
+    length ``2L`` so that every step shares a batch.
+
+    Returns:
+      ``tokens [L, C*N, 2L]`` int32 (step-major; rows ordered as :func:`queries`),
+      ``targets [L, C*N]`` (``e_{k+1}``; the last step's are the answers) and the
+      chain list ``[C, L]``.
+    """
+    perms = np.asarray(perms)
+    r, n = perms.shape
+    base, _, chain_list = queries(perms, hops)  # [C*N, 1+L]
+    inter = np.stack([compose(perms, chain_list[:, :k + 1]).reshape(-1) for k in range(hops)])
+    width = 2 * hops
+    tokens = np.full((hops, base.shape[0], width), -1, np.int32)
+    for k in range(hops):
+        prefix = np.concatenate([base, inter[:k].T], axis=1)  # [C*N, 1+L+k]
+        tokens[k, :, width - prefix.shape[1]:] = prefix
+    return tokens, inter.astype(np.int32), chain_list
+
+
+def shortcut_baselines(perms, hops: int = 1) -> dict:
+    """Accuracy of the obvious no-memory heuristics on every ``hops``-hop query.
+
+    ``relation_only``: answer each chain with its most frequent answer (ignores the
+    subject); ``copy_subject``: answer the subject itself; ``chance``: ``1 / N``. On
+    bijections the first is exactly ``1 / N`` and the second counts fixed points of the
+    composite maps (about one per map), so both stay near chance.
+    """
+    perms = np.asarray(perms)
+    n = perms.shape[1]
+    answers = compose(perms, chains(perms.shape[0], hops))  # [C, N]
+    majority = np.mean([np.bincount(row, minlength=n).max() / n for row in answers])
+    return {"relation_only": float(majority),
+            "copy_subject": float(np.mean(answers == np.arange(n))), "chance": 1.0 / n}

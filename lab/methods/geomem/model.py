@@ -4,7 +4,9 @@ Embeddings (entities and hop-tagged relation tokens kept in two tables so that
 subject embeddings can be re-initialised alone), one attention layer read at
 the last position, a ReLU MLP with a residual, and an unembedding onto the
 entities. Only the last position is predicted, so attention is computed for
-that query alone (what a causal layer computes there).
+that query alone (what a causal layer computes there). Left padding
+(:data:`PAD` tokens, masked out of attention) lets prefixes of different lengths
+share a batch: the chain-of-thought steps of one sequence are its prefixes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+PAD = -1
+"""Token id of left padding: embedded as zero and never attended to."""
 
 
 class OneLayer(nnx.Module):
@@ -74,19 +79,22 @@ class OneLayer(nnx.Module):
         return int(self.dim[...])
 
     def embed(self, tokens: jax.Array) -> jax.Array:
-        """``[B, T]`` token ids -> ``[B, T, d]``: entity ids below ``N``, relation tokens above."""
+        """``[B, T]`` token ids -> ``[B, T, d]``: entity ids below ``N``, relation tokens
+        above, and :data:`PAD` (negative) as the zero vector."""
         table = jnp.concatenate([self.subjects[...], self.relations[...]], axis=0)
-        return table[tokens]
+        return jnp.where((tokens >= 0)[..., None], table[jnp.maximum(tokens, 0)], 0.0)
 
     def __call__(self, tokens: jax.Array, *, capture: bool = False):
-        """Returns logits ``[B, N]`` at the last position, and with ``capture`` the
+        """``tokens [B, T]`` (the last one is never :data:`PAD`). Returns logits ``[B, N]``
+        at the last position, and with ``capture`` the
         dict ``{"h": [B, d] MLP input, "z": [B, hidden] ReLU activations}``."""
         x = self.embed(tokens)
         q = x[:, -1] @ self.wq[...]
         k = x @ self.wk[...]
         v = x @ self.wv[...]
         scale = jax.lax.rsqrt(self.dim[...].astype(jnp.float32))
-        probs = jax.nn.softmax(jnp.einsum("bd,btd->bt", q, k) * scale, axis=-1)
+        scores = jnp.einsum("bd,btd->bt", q, k) * scale
+        probs = jax.nn.softmax(jnp.where(tokens >= 0, scores, -jnp.inf), axis=-1)
         h = x[:, -1] + jnp.einsum("bt,btd->bd", probs, v) @ self.wo[...]
         z = jax.nn.relu(h @ self.w1[...] + self.b1[...])
         out = h + z @ self.w2[...]

@@ -10,10 +10,14 @@ from lab.methods.geomem import capacity
 from lab.outputs import markdown_table, save_figure
 
 
+def _ratio(d, n: int, n_relations: int):
+    return None if d is None else d / capacity.bound_dim(n, n_relations, 1.0)
+
+
 def main_table(res: dict, n_relations: int) -> list[dict]:
     """One row per N: smallest width at 99% for construction and training, the
-    counting bound at 1 bit/coordinate, bits per coordinate used, and (where a
-    model was trained) the superposition R^2, gating selectivity and zero-shot
+    counting bound at 1 bit/coordinate and each width over it, bits per coordinate
+    used, and (where a model was trained) the superposition R^2, gating selectivity and zero-shot
     accuracy of the search's early-stopped model at ``d_train``."""
     cons = {r["n"]: r["d"] for r in res["construction"]}
     train = {r["n"]: r["d"] for r in res["train"]}
@@ -26,6 +30,8 @@ def main_table(res: dict, n_relations: int) -> list[dict]:
             "d_construction": cons.get(n),
             "d_train": train.get(n),
             "d_bound_1bit": capacity.bound_dim(n, n_relations, 1.0),
+            "construction_over_bound": _ratio(cons.get(n), n, n_relations),
+            "train_over_bound": _ratio(train.get(n), n, n_relations),
             "bits_per_coord_construction": capacity.bits_per_coordinate(n, n_relations,
                                                                         cons.get(n)),
             "bits_per_coord_train": capacity.bits_per_coordinate(n, n_relations, train.get(n)),
@@ -93,9 +99,12 @@ def plots(res: dict, n_relations: int, workdir: str) -> list[str]:
     axes[0].set_ylabel("d at 99% (construction)")
     axes[0].set_title(f"capacity-depth, N={mh['n']}")
     axes[0].legend(fontsize=7)
+    axes[0].plot(hops, [r["bound_no_cot"] for r in depth], ":", label="bound, R^L tables")
+    axes[0].plot(hops, [r["bound_cot"] for r in depth], ":", label="bound, R tables")
     tr = mh["train"]
-    axes[1].plot([r["d"] for r in tr], [r["two_hop_no_cot"] for r in tr], "o-", label="no CoT")
-    axes[1].plot([r["d"] for r in tr], [r["two_hop_cot"] for r in tr], "s-", label="CoT")
+    axes[1].plot([r["d"] for r in tr], [r["no_cot"] for r in tr], "o-", label="no CoT")
+    axes[1].plot([r["d"] for r in tr], [r["cot"] for r in tr], "s-",
+                 label="CoT (reads its own emission)")
     axes[1].set_xlabel("embedding dimension d")
     axes[1].set_ylabel("two-hop accuracy")
     axes[1].set_title(f"GD training, N={mh['train_n']}")
@@ -113,8 +122,10 @@ def markdown(res: dict, cfg) -> str:
         "the construction). Bound: R log2(N!) bits must fit in N*d coordinates.\n",
         "## Smallest dimension at 99% recall\n",
         markdown_table(res["table"]),
-        "\n## Fits d = a + c ln N\n",
+        "\n## Fits d = a + c ln N (slope with its t-interval; R^2 of the fit linear in N)\n",
         markdown_table([dict(method=k, **res[f"{k}_fit"]) for k in ("construction", "train")]),
+        "\n## No-memory shortcuts (accuracy; chance is 1/N)\n",
+        markdown_table([dict(facts=k, **v) for k, v in res["shortcuts"].items()]),
         f"\n## Probes and transfer (model trained {cfg.probe.steps} steps with weight decay "
         f"{cfg.probe.weight_decay}, N={p['n']}, d={p['d']})\n",
         markdown_table([
@@ -130,6 +141,8 @@ def markdown(res: dict, cfg) -> str:
              "value": p["gating_construction"]["selectivity"]},
             {"measure": "accuracy on the trained facts", "value": p["accuracy_before_transfer"]},
             {"measure": "zero-shot accuracy, new bijections", "value": p["zero_shot_accuracy"]},
+            {"measure": "same network, random subject table (baseline)",
+             "value": p["random_table_accuracy"]},
             {"measure": f"refit subjects only ({cfg.probe.transfer_steps} steps), trained net",
              "value": p.get("refit_subjects_trained_network")},
             {"measure": f"refit subjects only ({cfg.probe.transfer_steps} steps), random net",
@@ -137,7 +150,9 @@ def markdown(res: dict, cfg) -> str:
         ]),
         f"\n## Multi-hop: capacity-depth (construction, N={res['multihop']['n']})\n",
         markdown_table(res["multihop"]["construction"]),
-        f"\n## Multi-hop: two-hop accuracy under training (N={res['multihop']['train_n']})\n",
+        f"\n## Multi-hop: two-hop accuracy under training (N={res['multihop']['train_n']}, "
+        f"R={res['multihop'].get('train_relations')}; "
+        "CoT evaluated on its own emitted hop-1 answers)\n",
         markdown_table(res["multihop"]["train"]),
         "\n## Time (s)\n",
         markdown_table([res["seconds"]]),
