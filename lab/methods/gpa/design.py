@@ -171,52 +171,46 @@ def _loglik(graphdef, state, x):
     return generators.ar_loglik(nnx.merge(graphdef, state), x)
 
 
-def prior_loglik(assets: Assets):
-    """``f(x)``: the AR prior's log-likelihood of each sequence (one compiled program)."""
-    graphdef, state = nnx.split(assets.ar)
+def ar_loglik_fn(ar: nnx.Module):
+    """``f(x)``: ``generators.ar_loglik(ar, x)`` jitted with the weights as an argument."""
+    graphdef, state = nnx.split(ar)
     return functools.partial(_loglik, graphdef, state)
 
 
-def ar_moves(assets: Assets, suffix_max: int):
-    """``init`` and ``propose`` for the AR generator (suffix resampling, exact MH)."""
+def prior_loglik(assets: Assets):
+    """``f(x)``: the AR prior's log-likelihood of each sequence (one compiled program)."""
+    return ar_loglik_fn(assets.ar)
+
+
+def ar_moves(assets: Assets, span_max: int):
+    """``init`` (prior samples) and ``propose`` (:func:`generators.ar_span_proposal`: a span
+    of ``1..span_max`` bases resampled anywhere, with the suffix-likelihood MH correction)
+    for the AR generator."""
     length = assets.world.seq_len
 
     def init(key, n):
         return generators.ar_sample(assets.ar, key, n, length)[0]
 
-    def propose(key, x):
-        kc, ks = jax.random.split(key)
-        cut = length - jax.random.randint(kc, (x.shape[0],), 1, suffix_max + 1)
-        new, _ = generators.ar_resample_suffix(assets.ar, ks, x, cut,
-                                               keep=max(0, length - suffix_max))
-        return new, jnp.zeros(x.shape[0])
-
-    return init, propose
-
-
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _remask(graphdef, state, key, x, n_mask: int):
-    new, _, _ = generators.diffusion_remask(nnx.merge(graphdef, state), key, x, n_mask)
-    return new, jnp.zeros(x.shape[0])
+    return init, generators.ar_span_proposal(assets.ar, span_max)
 
 
 def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
-    """``init`` and ``propose`` for the diffusion generator (re-mask and denoise).
+    """``init`` (the diffusion model's ancestral samples) and ``propose`` (re-mask
+    ``n_mask`` bases and refill them from the denoiser, :func:`generators.diffusion_proposal`)
+    for the diffusion generator.
 
-    The MH correction treats the denoiser's conditional as the prior's, so the
-    ratio is the reward term alone (the diffusion model has no tractable
-    likelihood; documented approximation).
+    The diffusion model has no tractable likelihood, so the target's prior density is the
+    AR model's exact likelihood (both are fitted to the same sequences); the MH ratio
+    carries that density ratio and the denoiser's proposal ratio, so each move leaves the
+    tempered target exactly invariant. The first population is the diffusion model's
+    samples, an approximation of that prior at ``beta = 0``.
     """
-    graphdef, state = nnx.split(assets.diffusion)
     length = assets.world.seq_len
-
-    def propose(key, x):
-        return _remask(graphdef, state, key, x, n_mask)
 
     def init(key, n):
         return generators.diffusion_sample(assets.diffusion, key, n, length, sample_steps)
 
-    return init, propose
+    return init, generators.diffusion_proposal(assets.diffusion, n_mask, prior_loglik(assets))
 
 
 def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -> dict:
