@@ -20,6 +20,7 @@ from lab.nn import Transformer
 from lab.train import TrainConfig
 
 OBJECTIVES = ("activity", "specificity", "fidelity")
+HELD_OUT_K = 4  # k of the held-out k-mer spectrum (k-mers outside the motifs' consensus)
 
 
 # Training hyperparameters of the frozen models (part of the bundle's recipe, so that
@@ -213,21 +214,34 @@ def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
     return init, generators.diffusion_proposal(assets.diffusion, n_mask, prior_loglik(assets))
 
 
+_TRUTH: dict = {}
+
+
+def _truth(world: dna.DNAWorld):
+    """``f(x) -> (dna.activity, motif strengths)`` jitted for ``world`` (built once)."""
+    if id(world) not in _TRUTH:
+        _TRUTH[id(world)] = (world, jax.jit(
+            lambda x: (dna.activity(world, x), dna.motif_strength(world, x)[0])))
+    return _TRUTH[id(world)][1]
+
+
 def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -> dict:
     """Design metrics of a population: oracle objective (mean, top ``top_frac``), true and
     audit-oracle activity, motif fidelity, prior log-likelihood per base, diversity, 3-mer
-    Jensen-Shannon divergence to the training data, homopolymer length, oracle calls (the
-    axes of the GPA abstract: activity, specificity, fidelity, diversity, reward hacking)."""
+    Jensen-Shannon divergence to the training data, the same on the held-out 4-mers (every
+    4-mer that is not in a motif's consensus, so a statistic the oracles do not reward),
+    the longest homopolymer (mean and its standard error), oracle calls (the axes of the
+    GPA abstract: activity, specificity, fidelity, diversity, reward hacking)."""
     x = jnp.asarray(pop.x, jnp.int32)
     world = assets.world
     r = np.asarray(reward_fn(x))
-    true = np.asarray(dna.activity(world, x))
+    true, m = (np.asarray(v) for v in _truth(world)(x))
     audit = np.asarray(_pure(assets.audit_a, "predict")(x))
-    m, where = dna.motif_strength(world, x)
-    m = np.asarray(m)
     k = max(1, int(top_frac * len(r)))
     ll = np.asarray(prior_loglik(assets)(x)) / world.seq_len
     train_spec = dna.kmer_spectrum(assets.train_seqs, 3)
+    held_out = dna.motif_kmers(world, HELD_OUT_K)
+    hp = dna.max_homopolymer(np.asarray(x))
     return {
         "objective_mean": float(r.mean()),
         "objective_top10": float(np.sort(r)[-k:].mean()),
@@ -238,7 +252,11 @@ def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -
         "prior_loglik_per_base": float(ll.mean()),
         "diversity": dna.mean_pairwise_hamming(np.asarray(x)),
         "kmer_js": dna.js_divergence(dna.kmer_spectrum(np.asarray(x), 3), train_spec),
-        "max_homopolymer": float(dna.max_homopolymer(np.asarray(x)).mean()),
+        "heldout_kmer_js": dna.js_divergence(
+            dna.kmer_spectrum(np.asarray(x), HELD_OUT_K, held_out),
+            dna.kmer_spectrum(assets.train_seqs, HELD_OUT_K, held_out)),
+        "max_homopolymer": float(hp.mean()),
+        "max_homopolymer_se": float(hp.std(ddof=1) / np.sqrt(len(hp))) if len(hp) > 1 else 0.0,
         "oracle_calls": pop.oracle_calls,
         "seconds": pop.seconds,
     }

@@ -244,7 +244,7 @@ def ar_sample(model: Transformer, key, n: int, length: int):
 # --- masked diffusion ------------------------------------------------------------------------
 
 
-def _denoise_logp(model: Transformer, z: jax.Array) -> jax.Array:
+def denoise_logp(model: Transformer, z: jax.Array) -> jax.Array:
     """``log p(x_i | z)`` over ACGT for every position ``[n, L, 4]`` (MASK never predicted)."""
     return jax.nn.log_softmax(model(z)[..., :4])
 
@@ -256,7 +256,7 @@ def diffusion_loss(model: Transformer, batch, rng):
     t = jax.random.uniform(kt, (x.shape[0], 1), minval=1e-3, maxval=1.0)
     masked = jax.random.uniform(km, x.shape) < t
     z = jnp.where(masked, SPECIAL, x)
-    nll = -jnp.take_along_axis(_denoise_logp(model, z), x[..., None], -1)[..., 0]
+    nll = -jnp.take_along_axis(denoise_logp(model, z), x[..., None], -1)[..., 0]
     loss = jnp.mean(jnp.sum(masked * nll, -1) / t[:, 0]) / x.shape[1]
     return loss, {"loss": loss}
 
@@ -279,7 +279,7 @@ def diffusion_nelbo(model: Transformer, key, seqs, n_samples: int = 8) -> jax.Ar
         t = jax.random.uniform(kt, (seqs.shape[0], 1), minval=1e-3, maxval=1.0)
         masked = jax.random.uniform(km, seqs.shape) < t
         z = jnp.where(masked, SPECIAL, seqs)
-        nll = -jnp.take_along_axis(_denoise_logp(model, z), seqs[..., None], -1)[..., 0]
+        nll = -jnp.take_along_axis(denoise_logp(model, z), seqs[..., None], -1)[..., 0]
         return jnp.sum(masked * nll, -1) / t[:, 0]
 
     return jnp.mean(jnp.stack([one(k) for k in jax.random.split(key, n_samples)]), 0)
@@ -299,7 +299,7 @@ def _diffusion_sample(graphdef, state, key, n: int, length: int, steps: int):
     for i in range(steps):
         key, ku, ks = jax.random.split(key, 3)
         t, s = ts[i], ts[i + 1]
-        x = jax.random.categorical(ks, _denoise_logp(model, z))
+        x = jax.random.categorical(ks, denoise_logp(model, z))
         reveal = (z == SPECIAL) & (jax.random.uniform(ku, z.shape) < (t - s) / t)
         z = jnp.where(reveal, x, z)
     return z
@@ -316,7 +316,7 @@ def diffusion_remask(model: Transformer, key, seqs, n_mask: int):
     scores = jax.random.uniform(km, seqs.shape)
     kth = jnp.sort(scores, -1)[:, n_mask - 1:n_mask]
     masked = scores <= kth
-    logp = _denoise_logp(model, jnp.where(masked, SPECIAL, seqs))
+    logp = denoise_logp(model, jnp.where(masked, SPECIAL, seqs))
     new = jnp.where(masked, jax.random.categorical(ks, logp), seqs)
     fwd = jnp.sum(masked * jnp.take_along_axis(logp, new[..., None], -1)[..., 0], -1)
     rev = jnp.sum(masked * jnp.take_along_axis(logp, seqs[..., None], -1)[..., 0], -1)

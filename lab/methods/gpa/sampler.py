@@ -106,6 +106,7 @@ def gpa(key: jax.Array, init: Callable, propose: Callable, reward: Callable,
 
     def one_round(key, x, r, lw, beta, anneal: bool):
         nonlocal calls
+        t0 = time.perf_counter()
         kb, kr = jax.random.split(key)
         if anneal:
             new_beta = smc.next_temperature(r / tau, beta, config.target_ess, log_weights=lw)
@@ -126,7 +127,8 @@ def gpa(key: jax.Array, init: Callable, propose: Callable, reward: Callable,
         history.append({"round": len(history) + 1, "beta": float(beta), "ess": ess,
                         "resampled": resampled,
                         "acceptance": float(np.mean(acc)) if acc else None,
-                        "mean_reward": float(jnp.mean(r)), "oracle_calls": calls})
+                        "mean_reward": float(jnp.mean(r)), "oracle_calls": calls,
+                        "seconds": time.perf_counter() - t0})
         return x, r, lw, beta
 
     while float(beta) < 1.0 and len(history) < config.max_rounds:
