@@ -49,7 +49,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.rl_kl_coef = 0.05
     c.edit_learning_rate = 0.1
     c.scaling_particles = [256, 512, 1024, 2048, 4096]
-    c.scaling_rounds = 4  # the scaling sweep's capped schedule (rounds at each size)
+    c.scaling_rounds = 3  # the scaling sweep's capped schedule (rounds at each size)
     # Objective variants rerun the whole comparison; the default runs specificity only
     # (time), the paper preset both.
     c.variant_objectives = ["specificity"]

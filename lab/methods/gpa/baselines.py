@@ -150,12 +150,17 @@ def _expand(graphdef, state, key, z, t_s, branch: int):
 
 
 def diffusion_tree_search(key, model: nnx.Module, reward: Callable, budget: int, n_out: int,
-                          length: int, steps: int) -> Population:
+                          length: int, max_steps: int) -> Population:
     """Oracle-guided beam search over the diffusion model's denoising steps (see the module
-    docstring); ``branch = round(budget / (steps * n_out))`` (at least 2) children per beam,
-    so its calls match ``budget`` to within one branch."""
+    docstring). The budget sets the tree: ``steps`` denoising steps (at most
+    ``max_steps``) with 2 children per beam, ``steps = round((budget - n_out) / (2 n_out))``,
+    and when ``max_steps`` steps leave budget over, more children per beam, so the calls
+    (``steps * n_out * branch`` plus ``n_out`` for the final designs) match ``budget`` to
+    within one step's."""
     start = time.perf_counter()
-    branch = max(2, round(budget / (steps * n_out)))
+    spend = max(budget - n_out, 2 * n_out)
+    steps = int(min(max_steps, max(1, round(spend / (2 * n_out)))))
+    branch = max(2, round(spend / (steps * n_out)))
     graphdef, state = nnx.split(model)
     z = jnp.full((n_out, length), generators.SPECIAL, jnp.int32)
     ts = jnp.linspace(1.0, 0.0, steps + 1)
