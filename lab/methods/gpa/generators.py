@@ -6,16 +6,17 @@ diffusion model, which is the same Transformer with ``causal=False``.
 
 * Autoregressive: trained by next-token cross-entropy on ``[BOS] + x``; the
   exact log-likelihood is a sum of conditionals. :func:`ar_resample_suffix`
-  keeps each particle's prefix ``x[:k]`` (``k`` per particle) and resamples the
-  suffix from the model, returning the new sequence's exact log-likelihood: a
-  proposal whose MH ratio against ``p(x) exp(beta r(x))`` reduces to the reward
-  term, because it is the prior's own conditional.
+  keeps each particle's prefix ``x[:k]`` and resamples the suffix (used to
+  sample); :func:`ar_resample_span` / :func:`ar_span_proposal` resample a span
+  anywhere given its prefix and return the Metropolis-Hastings correction (the
+  suffix's likelihood ratio), GPA's AR move.
 * Masked diffusion (absorbing state, MDLM: Sahoo et al., 2024, linear schedule
   ``alpha_t = 1 - t``): trained on the negative ELBO
   ``E_t [ (1/t) sum_{i masked} -log p(x_i | z_t) ]``, which bounds ``-log p(x)``
   from above (:func:`diffusion_nelbo`); sampled by the ancestral sampler;
   :func:`diffusion_remask` is the re-mask-and-denoise move: mask ``m``
-  positions, fill them from the denoiser's marginals in one pass.
+  positions, fill them from the denoiser's marginals in one pass;
+  :func:`diffusion_proposal` adds its full MH correction.
 """
 
 from __future__ import annotations
