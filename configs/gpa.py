@@ -63,7 +63,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.gpa.n_mask = 4
         c.gpa.diffusion_steps = 4
         c.rl_group = 32
-        c.scaling_particles = [16, 32]
+        c.scaling_particles = [32, 32]  # the main population's shapes: nothing new to compile
         c.scaling_rounds = 2
         c.variant_objectives = []
     elif preset == "paper":

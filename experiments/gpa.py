@@ -48,7 +48,7 @@ def check_config(config):
         "gpa.span_max": (lambda v: v >= 1, "at least 1"),
         "gpa.n_mask": (lambda v: v >= 1, "at least 1"),
         "scaling_particles": (lambda v: len(v) >= 2 and list(v) == sorted(v),
-                              "at least two increasing particle counts"),
+                              "at least two particle counts, smallest first"),
     })
 
 
