@@ -4,8 +4,9 @@ Prints, on this machine in one run:
   * resampling (systematic) draws/s of ``lab.methods.gpa.smc.resample`` against
     ``blackjax.smc.resampling.systematic`` on the same weights (target >= 1.0x);
   * the same for the other schemes (blackjax has all four);
-  * particle-steps/s of one GPA mutation step (AR suffix resampling + oracle + MH)
-    with a small random generator and oracle, over 256..4096 particles.
+  * particle-steps/s of one GPA mutation step (the AR span move: a span of 1..16 bases
+    resampled anywhere with its suffix-likelihood correction, + oracle + MH) with a small
+    random generator and oracle, over 256..4096 particles.
 
 Run: python -m benchmarks.smc
 """
@@ -44,7 +45,7 @@ def resampling(n: int = 100_000):
               f"ratio {t_ref / t_ours:5.2f}x")
 
 
-def mutation(particles=(256, 1024, 4096), length: int = 64):
+def mutation(particles=(256, 512, 1024, 2048, 4096), length: int = 64):
     from lab.methods.gpa import generators, sampler
     from lab.methods.gpa.oracle import CNNOracle
 
@@ -53,13 +54,8 @@ def mutation(particles=(256, 1024, 4096), length: int = 64):
     og, os_ = nnx.split(oracle)
     reward = jax.jit(lambda x: nnx.merge(og, os_).predict(x))
 
-    def propose(key, x):
-        kc, ks = jax.random.split(key)
-        cut = length - jax.random.randint(kc, (x.shape[0],), 1, 17)
-        return (generators.ar_resample_suffix(ar, ks, x, cut, keep=length - 16)[0],
-                jnp.zeros(x.shape[0]))
-
-    print(f"GPA mutation step (AR suffix resampling + oracle + MH), L={length}")
+    propose = generators.ar_span_proposal(ar, 16)
+    print(f"GPA mutation step (AR span move + oracle + MH), L={length}")
     for n in particles:
         x = generators.ar_sample(ar, jax.random.key(0), n, length)[0]
         r = reward(x)

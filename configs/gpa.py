@@ -5,7 +5,7 @@ Run:
 
 Presets: ``test`` (seconds, used by the tests), ``default`` (minutes on a
 two-core CPU: 64-bp sequences, 512 particles, every sampler at the same oracle
-budget, a particle-scaling sweep up to 4096), ``paper`` (longer sequences,
+budget, a particle-scaling sweep 256..4096 on a capped schedule), ``paper`` (longer sequences,
 larger generators and budgets; a GPU host).
 """
 
@@ -40,7 +40,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.gpa.final_steps = 2
     c.gpa.mh = True
     c.gpa.max_rounds = 40
-    c.gpa.suffix_max = 16  # AR move: resample at most this many trailing bases
+    c.gpa.span_max = 16  # AR move: resample a span of 1..span_max bases starting anywhere
     c.gpa.n_mask = 6  # diffusion move: bases re-masked per proposal
     c.gpa.diffusion_steps = 16
 
@@ -48,27 +48,23 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.rl_learning_rate = 1e-4
     c.rl_kl_coef = 0.05
     c.edit_learning_rate = 0.1
-    c.scaling_particles = [256, 1024, 4096]
+    c.scaling_particles = [256, 512, 1024, 2048, 4096]
+    c.scaling_rounds = 3  # the scaling sweep's capped schedule (rounds at each size)
     # Objective variants rerun the whole comparison; the default runs specificity only
     # (time), the paper preset both.
     c.variant_objectives = ["specificity"]
 
-    if preset == "test":
-        c.seq_len = 32
-        c.n_train = 512
-        c.generator_steps = 20
-        c.oracle_steps = 20
-        c.d_model = 32
-        c.n_layers = 1
-        c.gpa.num_particles = 64
-        c.gpa.max_rounds = 4
+    if preset == "test":  # the default's frozen models (shipped), tiny searches
+        c.gpa.num_particles = 32
+        c.gpa.max_rounds = 3
         c.gpa.mutation_steps = 1
         c.gpa.final_steps = 1
-        c.gpa.suffix_max = 8
+        c.gpa.span_max = 8
         c.gpa.n_mask = 4
         c.gpa.diffusion_steps = 4
         c.rl_group = 32
-        c.scaling_particles = [64]
+        c.scaling_particles = [32, 32]  # the main population's shapes: nothing new to compile
+        c.scaling_rounds = 2
         c.variant_objectives = []
     elif preset == "paper":
         c.seq_len = 200
@@ -78,8 +74,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         c.d_model = 256
         c.n_layers = 6
         c.gpa.num_particles = 4096
-        c.gpa.suffix_max = 50
+        c.gpa.span_max = 50
         c.gpa.n_mask = 20
         c.scaling_particles = [1024, 4096, 16384]
+        c.scaling_rounds = 10
         c.variant_objectives = ["specificity", "fidelity"]
     return c

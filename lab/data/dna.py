@@ -189,14 +189,31 @@ def dataset(world: DNAWorld, n: int, seed: int) -> datasets.Dataset:
 # --- sequence statistics used as design metrics ---------------------------------------------
 
 
-def kmer_spectrum(seqs, k: int = 3) -> np.ndarray:
-    """Normalised k-mer counts ``[4**k]`` over all sequences."""
+def kmer_codes(seqs, k: int) -> np.ndarray:
+    """The base-4 code of every k-mer of every sequence ``[n, L - k + 1]``."""
     s = np.asarray(seqs)
+    if s.ndim == 1:
+        s = s[None]
     codes = np.zeros((s.shape[0], s.shape[1] - k + 1), np.int64)
     for i in range(k):
         codes = codes * 4 + s[:, i:s.shape[1] - k + 1 + i]
-    counts = np.bincount(codes.ravel(), minlength=4 ** k).astype(np.float64)
+    return codes
+
+
+def kmer_spectrum(seqs, k: int = 3, exclude=None) -> np.ndarray:
+    """Normalised k-mer counts ``[4**k]`` over all sequences; ``exclude``: k-mer codes
+    left out (their entries are 0 and the rest renormalised)."""
+    counts = np.bincount(kmer_codes(seqs, k).ravel(), minlength=4 ** k).astype(np.float64)
+    if exclude is not None:
+        counts[np.asarray(exclude, np.int64)] = 0.0
     return counts / max(counts.sum(), 1.0)
+
+
+def motif_kmers(world: DNAWorld, k: int) -> np.ndarray:
+    """The codes of every k-mer of every motif's consensus (the k-mers the hidden activity,
+    and so the oracles, respond to); the others are statistics of the background alone."""
+    consensus = np.argmax(world.pwms, -1)
+    return np.unique(kmer_codes(consensus, k))
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:

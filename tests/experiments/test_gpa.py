@@ -13,11 +13,14 @@ def test_gpa_test_preset_writes_every_sampler(tmp_path):
     results = gpa.run(get_config("test"), str(tmp_path))
     names = {r["sampler"] for r in results["samplers"]}
     assert {"GPA (AR, MH)", "GPA (diffusion, MH)", "best-of-N (AR)", "reward-weighted resampling",
-            "simulated annealing", "gradient editing", "RL fine-tuned AR"} <= names
+            "simulated annealing", "gradient editing", "RL fine-tuned AR",
+            "tree search (diffusion)"} <= names
     gpa_calls = results["samplers"][0]["oracle_calls"]
+    c = get_config("test")
     for row in results["samplers"][1:]:
         if row["sampler"] != "prior (AR, no search)":  # equal budgets, within one population
-            assert abs(row["oracle_calls"] - gpa_calls) <= 2 * get_config("test").gpa.num_particles
+            assert abs(row["oracle_calls"] - gpa_calls) <= 2 * c.gpa.num_particles
+    assert len(results["regime"]) == 3 and len(results["scaling"]) == 2
     on_disk = json.loads((tmp_path / "results.json").read_text())
     # each claim's verdict is its rule on the samplers' stored numbers
     by = {r["sampler"]: r for r in on_disk["samplers"]}
@@ -27,8 +30,9 @@ def test_gpa_test_preset_writes_every_sampler(tmp_path):
                                     "prior": prior["true_activity_a"]}
     assert activity["holds"] == (g["true_activity_a"] > prior["true_activity_a"] + 0.5)
     assert best_of_n["holds"] == (g["objective_mean"] > bon["objective_mean"])
-    others = min(by["gradient editing"]["kmer_js"], by["simulated annealing"]["kmer_js"])
-    assert natural["holds"] == (g["kmer_js"] < others)
+    others = min(by["gradient editing"]["heldout_kmer_js"],
+                 by["simulated annealing"]["heldout_kmer_js"])
+    assert natural["holds"] == (g["heldout_kmer_js"] < others)
     assert audit["holds"] == (g["audit_activity_a"] > prior["audit_activity_a"] + 0.5)
     assert os.path.exists(tmp_path / "gpa.png") and (tmp_path / "report.md").exists()
 
@@ -45,38 +49,75 @@ def test_bad_config_fails_before_work(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+SAMPLERS = ["prior (AR, no search)", "best-of-N (AR)", "gradient editing", "simulated annealing",
+            "RL fine-tuned AR", "tree search (diffusion)"]
+
+
 def _rows(gpa=None, **others):
-    """Per-sampler rows where GPA wins every claim, with ``gpa`` fields overridden."""
+    """Per-sampler rows where GPA wins every claim, with ``gpa`` / ``others[name]`` fields
+    overridden."""
     base = {"true_activity_a": 0.2, "objective_mean": 1.0, "kmer_js": 0.05,
-            "audit_activity_a": 0.2, "true_specificity": 1.0}
-    names = ["prior (AR, no search)", "best-of-N (AR)", "gradient editing",
-             "simulated annealing"]
-    rows = [{"sampler": n, **base, **others.get(n, {})} for n in names]
+            "heldout_kmer_js": 0.05, "audit_activity_a": 0.2, "true_specificity": 1.0,
+            "max_homopolymer": 6.0, "max_homopolymer_se": 0.1, "diversity": 0.7,
+            "oracle_calls": 1000}
+    rl = {"RL fine-tuned AR": {"objective_mean": 1.2}}  # a non-trivial RL baseline
+    rows = [{"sampler": n, **base, **rl.get(n, {}), **others.get(n, {})} for n in SAMPLERS]
     win = {"true_activity_a": 3.0, "objective_mean": 2.0, "kmer_js": 0.01,
-           "audit_activity_a": 3.0, "true_specificity": 2.0}
+           "heldout_kmer_js": 0.01, "audit_activity_a": 3.0, "true_specificity": 2.0,
+           "max_homopolymer": 4.0, "max_homopolymer_se": 0.1, "diversity": 0.6,
+           "oracle_calls": 1000}
     return [{"sampler": "GPA (AR, MH)", **win, **(gpa or {})}, *rows]
+
+
+def _scaling(t_big=1.0, obj_big=2.0, act_big=3.0):
+    small = {"particles": 256, "seconds_per_particle_step": 1.0, "objective_mean": 2.0,
+             "true_activity_a": 3.0}
+    return [small, {"particles": 4096, "seconds_per_particle_step": t_big,
+                    "objective_mean": obj_big, "true_activity_a": act_big}]
 
 
 def test_claim_rules_hold_and_fail_on_fabricated_results():
     from experiments.gpa import claim_rules
 
-    big = [{"particles": 4096, "seconds": 10.0}]
     spec = [{"sampler": "GPA (AR, MH)", "true_specificity": 5.0}]
-    assert [c["holds"] for c in claim_rules(_rows(), big, spec)] == [True] * 6
-    # each rule fails on its own counter-example
+    n = len(claim_rules(_rows(), _scaling(), spec))
+    assert n == 10 and len(claim_rules(_rows(), _scaling())) == 9
+    assert [c["holds"] for c in claim_rules(_rows(), _scaling(), spec)] == [True] * n
+    rl, tree = "RL fine-tuned AR", "tree search (diffusion)"
+    # each rule fails on its own counter-example, and only that rule
     fails = [
-        _rows({"true_activity_a": 0.6}),                    # +0.4 over the prior, not +0.5
-        _rows({"objective_mean": 0.9}),                     # below best-of-N
-        _rows(None, **{"gradient editing": {"kmer_js": 0.005}}),  # less natural than an edit
-        _rows({"audit_activity_a": 0.6}),                   # the audit oracle disagrees
+        (_rows({"true_activity_a": 0.6, "audit_activity_a": 3.0}), _scaling()),  # +0.4 < +0.5
+        (_rows({"objective_mean": 0.9}), _scaling()),                 # below best-of-N
+        (_rows(None, **{"gradient editing": {"heldout_kmer_js": 0.005}}), _scaling()),
+        (_rows({"audit_activity_a": 0.6}, **{rl: {"audit_activity_a": 0.1}}), _scaling()),
+        (_rows(None, **{rl: {"audit_activity_a": 3.5}}), _scaling()),  # RL's audit gain larger
+        (_rows({"max_homopolymer": 5.8}), _scaling()),                # 0.2 < 2 SE (0.28)
+        (_rows(None, **{tree: {"true_activity_a": 3.1}}), _scaling()),  # tree search wins
+        (_rows({"diversity": 0.5}), _scaling()),                      # 0.5 < 0.8 x 0.7
+        (_rows(), _scaling(t_big=2.5)),                               # time grows 2.5x
+        (_rows(), _scaling(obj_big=1.9)),                             # quality falls 0.1
     ]
-    for i, rows in enumerate(fails):
-        holds = [c["holds"] for c in claim_rules(rows, big, spec)]
-        assert holds == [j != i for j in range(6)], (i, holds)
-    assert not claim_rules(_rows(), [{"particles": 1024, "seconds": 1.0}], spec)[4]["holds"]
+    expected_failing = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
+    for (rows, scaling), bad in zip(fails, expected_failing, strict=True):
+        holds = [c["holds"] for c in claim_rules(rows, scaling, spec)]
+        assert holds == [j != bad for j in range(n)], (bad, holds)
+    assert claim_rules(_rows(), _scaling(act_big=2.9), spec)[8]["holds"] is False
     low = [{"sampler": "GPA (AR, MH)", "true_specificity": 1.5}]   # below the activity run's 2.0
-    assert not claim_rules(_rows(), big, low)[5]["holds"]
-    assert len(claim_rules(_rows(), big)) == 5
+    assert claim_rules(_rows(), _scaling(), low)[9]["holds"] is False
+
+
+def test_regime_rules_hold_and_fail_on_fabricated_results():
+    from experiments.gpa import regime_checks
+
+    good = {"natural": 0.8, "enriched": 0.7}
+    assert [c["holds"] for c in regime_checks(_rows(), good)] == [True] * 3
+    prior = "prior (AR, no search)"
+    near_top = _rows(None, **{prior: {"true_activity_a": 2.3}})     # prior above 0.5 x 4.5
+    assert [c["holds"] for c in regime_checks(near_top, good)] == [False, True, True]
+    weak = {"natural": 0.8, "enriched": 0.4}                         # oracle off on designs
+    assert [c["holds"] for c in regime_checks(_rows(), weak)] == [True, False, True]
+    flat_rl = _rows(None, **{"RL fine-tuned AR": {"objective_mean": 1.05}})  # +0.05 < +0.1
+    assert [c["holds"] for c in regime_checks(flat_rl, good)] == [True, True, False]
 
 
 def test_default_preset_generators_and_oracles_ship_trained():

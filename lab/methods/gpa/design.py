@@ -20,6 +20,7 @@ from lab.nn import Transformer
 from lab.train import TrainConfig
 
 OBJECTIVES = ("activity", "specificity", "fidelity")
+HELD_OUT_K = 4  # k of the held-out k-mer spectrum (k-mers outside the motifs' consensus)
 
 
 # Training hyperparameters of the frozen models (part of the bundle's recipe, so that
@@ -171,69 +172,76 @@ def _loglik(graphdef, state, x):
     return generators.ar_loglik(nnx.merge(graphdef, state), x)
 
 
-def prior_loglik(assets: Assets):
-    """``f(x)``: the AR prior's log-likelihood of each sequence (one compiled program)."""
-    graphdef, state = nnx.split(assets.ar)
+def ar_loglik_fn(ar: nnx.Module):
+    """``f(x)``: ``generators.ar_loglik(ar, x)`` jitted with the weights as an argument."""
+    graphdef, state = nnx.split(ar)
     return functools.partial(_loglik, graphdef, state)
 
 
-def ar_moves(assets: Assets, suffix_max: int):
-    """``init`` and ``propose`` for the AR generator (suffix resampling, exact MH)."""
+def prior_loglik(assets: Assets):
+    """``f(x)``: the AR prior's log-likelihood of each sequence (one compiled program)."""
+    return ar_loglik_fn(assets.ar)
+
+
+def ar_moves(assets: Assets, span_max: int):
+    """``init`` (prior samples) and ``propose`` (:func:`generators.ar_span_proposal`: a span
+    of ``1..span_max`` bases resampled anywhere, with the suffix-likelihood MH correction)
+    for the AR generator."""
     length = assets.world.seq_len
 
     def init(key, n):
         return generators.ar_sample(assets.ar, key, n, length)[0]
 
-    def propose(key, x):
-        kc, ks = jax.random.split(key)
-        cut = length - jax.random.randint(kc, (x.shape[0],), 1, suffix_max + 1)
-        new, _ = generators.ar_resample_suffix(assets.ar, ks, x, cut,
-                                               keep=max(0, length - suffix_max))
-        return new, jnp.zeros(x.shape[0])
-
-    return init, propose
-
-
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _remask(graphdef, state, key, x, n_mask: int):
-    new, _, _ = generators.diffusion_remask(nnx.merge(graphdef, state), key, x, n_mask)
-    return new, jnp.zeros(x.shape[0])
+    return init, generators.ar_span_proposal(assets.ar, span_max)
 
 
 def diffusion_moves(assets: Assets, n_mask: int, sample_steps: int):
-    """``init`` and ``propose`` for the diffusion generator (re-mask and denoise).
+    """``init`` (the diffusion model's ancestral samples) and ``propose`` (re-mask
+    ``n_mask`` bases and refill them from the denoiser, :func:`generators.diffusion_proposal`)
+    for the diffusion generator.
 
-    The MH correction treats the denoiser's conditional as the prior's, so the
-    ratio is the reward term alone (the diffusion model has no tractable
-    likelihood; documented approximation).
+    The diffusion model has no tractable likelihood, so the target's prior density is the
+    AR model's exact likelihood (both are fitted to the same sequences); the MH ratio
+    carries that density ratio and the denoiser's proposal ratio, so each move leaves the
+    tempered target exactly invariant. The first population is the diffusion model's
+    samples, an approximation of that prior at ``beta = 0``.
     """
-    graphdef, state = nnx.split(assets.diffusion)
     length = assets.world.seq_len
-
-    def propose(key, x):
-        return _remask(graphdef, state, key, x, n_mask)
 
     def init(key, n):
         return generators.diffusion_sample(assets.diffusion, key, n, length, sample_steps)
 
-    return init, propose
+    return init, generators.diffusion_proposal(assets.diffusion, n_mask, prior_loglik(assets))
+
+
+_TRUTH: dict = {}
+
+
+def _truth(world: dna.DNAWorld):
+    """``f(x) -> (dna.activity, motif strengths)`` jitted for ``world`` (built once)."""
+    if id(world) not in _TRUTH:
+        _TRUTH[id(world)] = (world, jax.jit(
+            lambda x: (dna.activity(world, x), dna.motif_strength(world, x)[0])))
+    return _TRUTH[id(world)][1]
 
 
 def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -> dict:
     """Design metrics of a population: oracle objective (mean, top ``top_frac``), true and
     audit-oracle activity, motif fidelity, prior log-likelihood per base, diversity, 3-mer
-    Jensen-Shannon divergence to the training data, homopolymer length, oracle calls (the
-    axes of the GPA abstract: activity, specificity, fidelity, diversity, reward hacking)."""
+    Jensen-Shannon divergence to the training data, the same on the held-out 4-mers (every
+    4-mer that is not in a motif's consensus, so a statistic the oracles do not reward),
+    the longest homopolymer (mean and its standard error), oracle calls (the axes of the
+    GPA abstract: activity, specificity, fidelity, diversity, reward hacking)."""
     x = jnp.asarray(pop.x, jnp.int32)
     world = assets.world
     r = np.asarray(reward_fn(x))
-    true = np.asarray(dna.activity(world, x))
+    true, m = (np.asarray(v) for v in _truth(world)(x))
     audit = np.asarray(_pure(assets.audit_a, "predict")(x))
-    m, where = dna.motif_strength(world, x)
-    m = np.asarray(m)
     k = max(1, int(top_frac * len(r)))
     ll = np.asarray(prior_loglik(assets)(x)) / world.seq_len
     train_spec = dna.kmer_spectrum(assets.train_seqs, 3)
+    held_out = dna.motif_kmers(world, HELD_OUT_K)
+    hp = dna.max_homopolymer(np.asarray(x))
     return {
         "objective_mean": float(r.mean()),
         "objective_top10": float(np.sort(r)[-k:].mean()),
@@ -244,7 +252,11 @@ def metrics(assets: Assets, pop: Population, reward_fn, top_frac: float = 0.1) -
         "prior_loglik_per_base": float(ll.mean()),
         "diversity": dna.mean_pairwise_hamming(np.asarray(x)),
         "kmer_js": dna.js_divergence(dna.kmer_spectrum(np.asarray(x), 3), train_spec),
-        "max_homopolymer": float(dna.max_homopolymer(np.asarray(x)).mean()),
+        "heldout_kmer_js": dna.js_divergence(
+            dna.kmer_spectrum(np.asarray(x), HELD_OUT_K, held_out),
+            dna.kmer_spectrum(assets.train_seqs, HELD_OUT_K, held_out)),
+        "max_homopolymer": float(hp.mean()),
+        "max_homopolymer_se": float(hp.std(ddof=1) / np.sqrt(len(hp))) if len(hp) > 1 else 0.0,
         "oracle_calls": pop.oracle_calls,
         "seconds": pop.seconds,
     }

@@ -5,20 +5,21 @@ with ``p`` the generator (prior) and ``r`` the oracle objective; ``beta`` goes
 from 0 (the prior) to 1. Each round (Del Moral, Doucet & Jasra, 2006; blackjax's
 ``adaptive_tempered_smc``):
 
-1. choose the next ``beta`` by bisection so that the ESS of the incremental
-   weights ``(beta' - beta) r / tau`` alone is ``target_ess * N``
-   (:func:`smc.next_temperature`; the conditional-ESS rule of Zhou, Johansen &
-   Aston, 2016, so that ``beta`` always advances);
+1. choose the next ``beta`` by bisection so that the conditional ESS of the
+   incremental weights ``(beta' - beta) r / tau`` given the current weights is
+   ``target_ess * N`` (:func:`smc.next_temperature`; Zhou, Johansen & Aston, 2016);
 2. reweight; resample (``scheme``) when the accumulated weights' ESS falls
    below ``resample_threshold * N``;
 3. mutate every particle ``mutation_steps`` times with a generator move
-   (suffix resampling for the AR model, re-mask-and-denoise for diffusion), with
-   an optional Metropolis-Hastings correction
-   ``alpha = min(1, exp(beta (r' - r) / tau + log_correction))``.
+   (a span resampled anywhere for the AR model, re-mask-and-denoise for
+   diffusion), accepted by Metropolis-Hastings
+   ``alpha = min(1, exp(beta (r' - r) / tau + log_correction))`` (Hastings, 1970),
+   which leaves ``pi_beta`` invariant.
 
 The sampler is generic: it takes ``init(key, n)``, ``propose(key, x) ->
 (x', log_correction)`` (``log_correction = log p(x') q(x|x') - log p(x) q(x'|x)``,
-0 when the move is the prior's own conditional) and ``reward(x)``, each jitted.
+0 only when the move is an exact Gibbs draw from the prior's conditional) and
+``reward(x)``, each jitted.
 Every call of ``reward`` on ``n`` particles counts ``n`` oracle calls.
 """
 
@@ -39,7 +40,7 @@ from lab.methods.gpa import smc
 class GPAConfig:
     num_particles: int = 512
     tau: float = 0.25  # reward scale: target p(x) exp(r / tau) at beta = 1
-    target_ess: float = 0.5  # adaptive tempering keeps this ESS fraction per round
+    target_ess: float = 0.5  # adaptive tempering keeps this conditional-ESS fraction per round
     resample_threshold: float = 0.5
     scheme: str = "systematic"
     mutation_steps: int = 2
@@ -105,9 +106,10 @@ def gpa(key: jax.Array, init: Callable, propose: Callable, reward: Callable,
 
     def one_round(key, x, r, lw, beta, anneal: bool):
         nonlocal calls
+        t0 = time.perf_counter()
         kb, kr = jax.random.split(key)
         if anneal:
-            new_beta = smc.next_temperature(r / tau, beta, config.target_ess)
+            new_beta = smc.next_temperature(r / tau, beta, config.target_ess, log_weights=lw)
             lw = lw + (new_beta - beta) * r / tau
             beta = new_beta
         ess = float(smc.ess(lw))
@@ -125,7 +127,8 @@ def gpa(key: jax.Array, init: Callable, propose: Callable, reward: Callable,
         history.append({"round": len(history) + 1, "beta": float(beta), "ess": ess,
                         "resampled": resampled,
                         "acceptance": float(np.mean(acc)) if acc else None,
-                        "mean_reward": float(jnp.mean(r)), "oracle_calls": calls})
+                        "mean_reward": float(jnp.mean(r)), "oracle_calls": calls,
+                        "seconds": time.perf_counter() - t0})
         return x, r, lw, beta
 
     while float(beta) < 1.0 and len(history) < config.max_rounds:

@@ -8,10 +8,11 @@ multinomial draw on the residuals (N. Chopin's ``particles``). Weights must be
 normalised, finite and non-negative; :func:`normalize` turns log-weights into
 such weights and raises a clear error when they are all -inf or NaN.
 
-Adaptive tempering follows blackjax's ``adaptive_tempered_smc``: the next
-inverse temperature is the largest ``beta' <= 1`` such that the ESS of the
-incremental weights ``(beta' - beta) * reward`` stays at a target fraction of
-the particles, found by bisection.
+Adaptive tempering (:func:`next_temperature`): the next inverse temperature is the
+largest ``beta' <= 1`` whose conditional ESS (Zhou, Johansen & Aston, 2016) given the
+current weights stays at a target fraction of the particles, found by bisection as in
+blackjax's ``adaptive_tempered_smc`` (which uses the incremental weights' ESS; the two
+agree right after a resampling).
 """
 
 from __future__ import annotations
@@ -110,19 +111,36 @@ def resample(key, weights, num_samples: int, scheme: str = "systematic"):
     return _FNS[scheme](key, weights, num_samples)
 
 
-def next_temperature(reward: jax.Array, beta: jax.Array, target_ess: float,
-                     *, log_weights: jax.Array | None = None, iters: int = 40) -> jax.Array:
-    """Largest ``beta' in (beta, 1]`` with ``ESS(lw + (beta' - beta) * reward) >= target_ess * N``.
+def conditional_ess(log_weights: jax.Array, log_incremental: jax.Array) -> jax.Array:
+    """Conditional ESS of Zhou, Johansen & Aston (2016, eq. 3.16):
+    ``CESS = N (sum_i W_i w_i)^2 / sum_i W_i w_i^2``, with ``W`` the current normalised
+    weights (from ``log_weights``) and ``w`` the incremental weights (from
+    ``log_incremental``; their scale cancels). It is ``N`` when the incremental weights are
+    flat and the plain ESS of ``w`` when ``W`` is uniform; computed in log space."""
+    n = log_weights.shape[0]
+    log_w = jax.nn.log_softmax(log_weights)
+    num = 2.0 * jax.nn.logsumexp(log_w + log_incremental)
+    den = jax.nn.logsumexp(log_w + 2.0 * log_incremental)
+    return n * jnp.exp(num - den)
 
-    Bisection as in blackjax's adaptive tempering (``solve_with_bisection``). If
-    even ``beta' = 1`` keeps the ESS above target, returns 1.
+
+def next_temperature(reward: jax.Array, beta: jax.Array, target_cess: float,
+                     *, log_weights: jax.Array | None = None, iters: int = 40) -> jax.Array:
+    """Largest ``beta' in (beta, 1]`` with ``CESS(log_weights, (beta' - beta) * reward) >=
+    target_cess * N`` (:func:`conditional_ess`), by bisection on the increment.
+
+    Zhou, Johansen & Aston (2016)'s adaptive rule: the conditional ESS measures how much the
+    increment alone degrades the current weighted population, so the schedule does not
+    depend on when the last resampling happened (``log_weights=None``: uniform current
+    weights, where CESS is the incremental weights' ESS). The CESS falls monotonically in
+    the increment, so bisection finds it. If ``beta' = 1`` keeps the CESS above target,
+    returns 1.
     """
-    n = reward.shape[0]
     lw = jnp.zeros_like(reward) if log_weights is None else log_weights
-    goal = target_ess * n
+    goal = target_cess * reward.shape[0]
 
     def ok(b):
-        return ess(lw + (b - beta) * reward) >= goal
+        return conditional_ess(lw, (b - beta) * reward) >= goal
 
     def body(_, lohi):
         lo, hi = lohi
