@@ -406,6 +406,18 @@ def run(config, workdir: str) -> dict:
                                  report=report, plots=plots)
 
 
+def main_table(results) -> list[dict]:
+    """The results page's table: one row per task and model or baseline (the trained models,
+    then the untrained rules, oracles and no-context readout), score and standard error."""
+    rows = []
+    for task, models in results["table"].items():
+        rows += [{"task": task, "entry": name, "kind": "model", "score": m["score"],
+                  "se": m["se"]} for name, m in models.items()]
+        rows += [{"task": task, "entry": name, "kind": "baseline", "score": b["score"],
+                  "se": b["se"]} for name, b in results.get("baselines", {}).get(task, {}).items()]
+    return rows
+
+
 def _plot(table: dict, base: dict, workdir: str) -> str:
     import matplotlib
 

@@ -153,3 +153,12 @@ def test_bad_config_fails_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="config.tasks='binding,vision' is invalid"):
         s2net.run(config, str(tmp_path))
     assert not os.listdir(tmp_path)
+
+
+def test_main_table_lists_every_model_and_baseline_per_task():
+    table, base = _fabricated()
+    rows = s2net.main_table({"table": table, "baselines": base})
+    want = sum(len(m) for m in table.values()) + sum(len(b) for b in base.values())
+    assert len(rows) == want
+    row = next(r for r in rows if r["task"] == "binding" and r["entry"] == "orientation")
+    assert row["kind"] == "baseline" and row["score"] == base["binding"]["orientation"]["score"]
