@@ -231,8 +231,8 @@ def mosaic_matmul(a, b, config: MatmulConfig, interpret: bool = False):
     """``a @ b`` by JAX's expert Mosaic GPU kernel named by ``config.backend`` (module
     docstring), stored in the operand dtype. ``interpret=True`` runs it in JAX's GPU
     interpreter (shared memory, barriers, TMA copies and warpgroups simulated on the host;
-    jax 0.10 does not simulate Blackwell's tensor memory, so that path raises
-    ``NotImplementedError`` there)."""
+    jax 0.10's interpreter does not simulate Blackwell's tensor memory and raises
+    ``NotImplementedError`` for that path; on a Blackwell GPU it compiles and runs)."""
     m, k = a.shape
     n = b.shape[1]
     if a.dtype != b.dtype or a.dtype not in (jnp.bfloat16, jnp.float16):

@@ -68,7 +68,7 @@ def check_interpret(s: Strategy, arch: str, seed: int = 0,
     params = s.params[arch] if params is None else params
     try:
         ok, err = wl.check(w, params, seed)
-    except NotImplementedError as e:   # e.g. Blackwell's tensor memory in the GPU interpreter
+    except NotImplementedError as e:   # JAX's GPU interpreter lacks Blackwell's tensor memory
         return _skip(s, arch, "interpret", f"the host's interpreter cannot run it: {e}")
     return _result(s, arch, "interpret", ok,
                    f"max rel err {err:.2e} (tol {wl.tolerance(w, params):g})", err)

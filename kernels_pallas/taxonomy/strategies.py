@@ -67,6 +67,17 @@ def _per_arch(**overrides_by_arch) -> dict[str, dict]:
 
 MM_SMALL = Workload("matmul", (128, 128, 64), "bfloat16")
 MM_BIG = Workload("matmul", (4096, 4096, 4096), "bfloat16")
+# Bulk copy and warp specialisation share one knob, the Mosaic GPU backend (JAX's expert
+# TMA + warp-specialised matmuls): their examples, baseline and expert kernels are these.
+_MOSAIC_PARAMS = _per_arch(
+    hopper=dict(block_m=64, block_n=64, block_k=64, num_stages=2, backend="mosaic_hopper",
+                fuse_epilogue=False),
+    blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=2,
+                   backend="mosaic_blackwell", fuse_epilogue=False))
+_MOSAIC_BASELINE = dict(_MM, block_m=128, block_n=128, num_stages=1)
+_MOSAIC_EXPERTS = {
+    "hopper": "jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu.matmul",
+    "blackwell": "jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu.matmul_kernel"}
 _NV_MMA = {"ampere": ("mma.sync.aligned",), "hopper": ("wgmma.mma_async",),
            "blackwell": ("tcgen05.mma",), "mi350": ("v_mfma",)}
 
@@ -115,14 +126,9 @@ STRATEGIES: tuple[Strategy, ...] = (
         "copy global->shared, freeing the warps and the register file",
         {"hopper": "TMA (cp.async.bulk.tensor)", "blackwell": "TMA (cp.async.bulk.tensor)"},
         MM_SMALL, MM_BIG,
-        _per_arch(hopper=dict(block_m=64, block_n=64, block_k=64, num_stages=2,
-                              backend="mosaic_hopper", fuse_epilogue=False),
-                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=2,
-                                 backend="mosaic_blackwell", fuse_epilogue=False)),
-        dict(_MM, block_m=128, block_n=128, num_stages=1), (),
+        _MOSAIC_PARAMS, _MOSAIC_BASELINE, (),
         {"hopper": ("cp.async.bulk.tensor",), "blackwell": ("cp.async.bulk.tensor",)},
-        {"hopper": "jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu.matmul",
-         "blackwell": "jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu.matmul_kernel"},
+        _MOSAIC_EXPERTS,
         "Ampere (cp.async only: that is pipelining) and MI350 have no TMA-like engine: the test "
         "fails there. The knob is MatmulConfig.backend='mosaic_hopper'/'mosaic_blackwell' "
         "(JAX's Mosaic GPU matmuls, whose tiles arrive by TMA); Pallas' Triton path issues none."),
@@ -132,14 +138,9 @@ STRATEGIES: tuple[Strategy, ...] = (
         {"hopper": "producer/consumer warpgroups + setmaxnreg",
          "blackwell": "TMA warp / MMA warp / epilogue warpgroup + tensor memory"},
         MM_SMALL, MM_BIG,
-        _per_arch(hopper=dict(block_m=64, block_n=64, block_k=64, num_stages=2,
-                              backend="mosaic_hopper", fuse_epilogue=False),
-                  blackwell=dict(block_m=128, block_n=128, block_k=64, num_stages=2,
-                                 backend="mosaic_blackwell", fuse_epilogue=False)),
-        dict(_MM, block_m=128, block_n=128, num_stages=1), (),
+        _MOSAIC_PARAMS, _MOSAIC_BASELINE, (),
         {"hopper": ("setmaxnreg",), "blackwell": ("tcgen05.commit",)},
-        {"hopper": "jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu.matmul",
-         "blackwell": "jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu.matmul_kernel"},
+        _MOSAIC_EXPERTS,
         "Ampere and MI350 lack warpgroup register reallocation: the test fails there. The knob "
         "is the Mosaic GPU backend (the same one as bulk_copy: in this package TMA and warp "
         "specialisation come together, JAX's two expert kernels being the only Mosaic GPU "

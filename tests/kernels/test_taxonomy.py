@@ -178,7 +178,8 @@ def test_device_benchmark_refuses_a_host_without_a_target_gpu():
     import sys
 
     if arch.detect() is not None:
-        pytest.skip("a target GPU is present: the benchmark times it")
+        pytest.skip("hardware: a target GPU is present, so --device times kernels instead of "
+                    "refusing (the refusal is what this test checks)")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "benchmarks/kernels.py", "--device"], cwd=root,
                           env=dict(os.environ, PYTHONPATH=root), capture_output=True,

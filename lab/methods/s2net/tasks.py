@@ -79,9 +79,7 @@ def flicker_batch(seed: int, index: int, batch: int, size: int = 8, steps: int =
     """
     if not 2 <= n_objects <= size:
         raise ValueError(f"n_objects={n_objects} must lie in [2, size={size}]")
-    _check_rhythm(rate, depth, period)
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter={jitter} must lie in [0, 1]")
+    _check_rhythm(rate, depth, period, jitter)
     rng = _rng(seed, index, 4)
     rows = np.empty((batch, size), np.int64)
     for b in range(batch):
@@ -108,7 +106,7 @@ def _phase_locked(rng: np.random.Generator, phases: np.ndarray, steps: int, peri
     return (rng.random(prob.shape) < prob).astype(np.float32)
 
 
-def _check_rhythm(rate: float, depth: float, period: int) -> None:
+def _check_rhythm(rate: float, depth: float, period: int, jitter: float) -> None:
     if not 0.0 < rate <= 0.5:
         raise ValueError(f"rate={rate} must lie in (0, 0.5] (a firing probability per frame "
                          "that stays <= 1 at the peak)")
@@ -116,6 +114,8 @@ def _check_rhythm(rate: float, depth: float, period: int) -> None:
         raise ValueError(f"depth={depth} must lie in [0, 1]")
     if period < 2:
         raise ValueError(f"period={period} must be >= 2 steps")
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter={jitter} must lie in [0, 1]")
 
 
 def bound_query_batch(seed: int, index: int, batch: int, n_objects: int = 3,
@@ -138,9 +138,7 @@ def bound_query_batch(seed: int, index: int, batch: int, n_objects: int = 3,
     """
     if not 2 <= n_objects <= n_features:
         raise ValueError(f"n_objects={n_objects} must lie in [2, n_features={n_features}]")
-    _check_rhythm(rate, depth, period)
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter={jitter} must lie in [0, 1]")
+    _check_rhythm(rate, depth, period, jitter)
     rng = _rng(seed, index, 5)
     labels = rng.integers(0, 2, batch).astype(np.int32)
     spread = 2 * np.pi * np.arange(n_objects) / n_objects
