@@ -378,7 +378,7 @@ def _rule(name: str, arch: str, w: wl.Workload, p: dict, f: KernelFacts | None,
         if missing:
             bad.append(f"Mosaic GPU module lacks {missing}")
     if mm_op:
-        cfg = wl._matmul_config(p)
+        cfg = wl.matmul_config(p)
         tm, tn = cfg.cta_tile()
         bk = wl.lowp_block(w) or p["block_k"]
         stages = max(p["num_stages"], 1)

@@ -90,7 +90,9 @@ def make_inputs(w: Workload, seed: int = 0):
             jnp.asarray(rs.randn(rows, d), DTYPES[w.dtype]))
 
 
-def _matmul_config(params: dict) -> mm.MatmulConfig:
+def matmul_config(params: dict) -> mm.MatmulConfig:
+    """The :class:`~kernels_pallas.matmul.MatmulConfig` of a candidate's parameters (its
+    ``fuse_epilogue`` flag is an argument of the kernel, not of the config)."""
     return mm.MatmulConfig(**{k: v for k, v in params.items() if k != "fuse_epilogue"})
 
 
@@ -107,7 +109,7 @@ def run_kernel(w: Workload, params: dict, args, *, interpret: bool,
     """Runs the op's Pallas kernel with ``params`` on ``args``; returns its output."""
     check_params(w.op, params)
     if w.op in ("matmul", "scaled_matmul"):
-        cfg = _matmul_config(params)
+        cfg = matmul_config(params)
         fused = params.get("fuse_epilogue", True)
         kern = mm.matmul_kernel if w.op == "matmul" else mm.scaled_matmul_kernel
         a, b, bias = args
@@ -174,7 +176,7 @@ def proxy_workload(w: Workload, params: dict) -> Workload:
     s = w.shape
     if w.op in ("matmul", "scaled_matmul"):
         bk = lowp_block(w) or params["block_k"]
-        tm, tn = _matmul_config(params).cta_tile()
+        tm, tn = matmul_config(params).cta_tile()
         shape = (min(s[0], 2 * tm), min(s[1], 2 * tn), min(s[2], 2 * bk * params["split_k"]))
     elif w.op == "attention":
         shape = (1, 1, min(s[2], 2 * params["block_q"]), min(s[3], 2 * params["block_k"]), s[4])

@@ -124,9 +124,6 @@ def relevant_strategies(w: wl.Workload, params: dict) -> tuple[str, ...]:
     return tuple(used)
 
 
-proxy_workload = wl.proxy_workload
-
-
 def legal(w: wl.Workload, params: dict) -> str | None:
     """Why ``params`` cannot run ``w`` (``None`` if they can)."""
     wl.check_params(w.op, params)
@@ -134,8 +131,8 @@ def legal(w: wl.Workload, params: dict) -> str | None:
     if missing:
         return f"missing parameters {missing}"
     if w.op in ("matmul", "scaled_matmul"):
-        cfg = wl._matmul_config(params).validate()
-        bk = lowp_block(w) or params["block_k"]
+        cfg = wl.matmul_config(params).validate()
+        bk = wl.lowp_block(w) or params["block_k"]
         n_k = math.ceil(w.shape[2] / bk)
         if n_k % params["split_k"]:
             return f"split_k={params['split_k']} does not divide {n_k} K tiles"
@@ -148,9 +145,6 @@ def legal(w: wl.Workload, params: dict) -> str | None:
             if params["fuse_epilogue"]:
                 return f"backend={cfg.backend!r} has no fused epilogue"
     return None
-
-
-lowp_block = wl.lowp_block
 
 
 def default_unit_test(strategy: str, target: str, w: wl.Workload,
@@ -176,7 +170,7 @@ def numerical_check(w: wl.Workload, params: dict, on_target: bool) -> tuple[bool
                                wl.run_reference(w, args))
         return err <= wl.tolerance(w, params), err
     try:
-        return wl.check(proxy_workload(w, params), params)
+        return wl.check(wl.proxy_workload(w, params), params)
     except Exception:  # noqa: BLE001  (not runnable here, e.g. Blackwell's tensor memory)
         return False, math.inf
 
