@@ -21,6 +21,7 @@ specificity (A - B) needs motif 2 absent.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import datasets
 import jax
@@ -110,27 +111,38 @@ def make_world(seed: int = 0, *, seq_len: int = 64, n_motifs: int = 4, motif_len
 
 def sample_background(world: DNAWorld, key: jax.Array, n: int) -> jax.Array:
     """``[n, L]`` ids from the Markov background."""
+    return _background(jnp.asarray(world.initial), jnp.asarray(world.transition), key,
+                       n=n, seq_len=world.seq_len)
+
+
+@functools.partial(jax.jit, static_argnames=("n", "seq_len"))
+def _background(initial, transition, key, *, n: int, seq_len: int):
     k0, k1 = jax.random.split(key)
-    logt = jnp.log(jnp.asarray(world.transition))
-    first = jax.random.categorical(k0, jnp.log(jnp.asarray(world.initial)), shape=(n,))
+    logt = jnp.log(transition)
+    first = jax.random.categorical(k0, jnp.log(initial), shape=(n,))
 
     def step(prev, k):
         nxt = jax.random.categorical(k, logt[prev])
         return nxt, nxt
 
-    _, rest = jax.lax.scan(step, first, jax.random.split(k1, world.seq_len - 1))
+    _, rest = jax.lax.scan(step, first, jax.random.split(k1, seq_len - 1))
     return jnp.concatenate([first[:, None], rest.T], axis=1).astype(jnp.int32)
 
 
 def plant_motifs(world: DNAWorld, key: jax.Array, seqs: jax.Array) -> jax.Array:
     """Plants each motif (a PWM sample) with probability ``plant_prob`` at a random position."""
+    return _plant(jnp.log(jnp.asarray(world.pwms)), key, seqs, plant_prob=world.plant_prob)
+
+
+@functools.partial(jax.jit, static_argnames=("plant_prob",))
+def _plant(log_pwms, key, seqs, *, plant_prob: float):
     n, length = seqs.shape
-    w = world.motif_len
-    for k in range(world.n_motifs):
+    w = log_pwms.shape[1]
+    for k in range(log_pwms.shape[0]):
         key, kp, ks, kw = jax.random.split(key, 4)
-        present = jax.random.bernoulli(kp, world.plant_prob, (n,))
+        present = jax.random.bernoulli(kp, plant_prob, (n,))
         start = jax.random.randint(ks, (n,), 0, length - w + 1)
-        site = jax.random.categorical(kw, jnp.log(jnp.asarray(world.pwms[k])), shape=(n, w))
+        site = jax.random.categorical(kw, log_pwms[k], shape=(n, w))
         cols = start[:, None] + jnp.arange(w)[None]
         rows = jnp.broadcast_to(jnp.arange(n)[:, None], cols.shape)
         planted = seqs.at[rows, cols].set(site)
@@ -140,25 +152,39 @@ def plant_motifs(world: DNAWorld, key: jax.Array, seqs: jax.Array) -> jax.Array:
 
 def motif_scan(world: DNAWorld, seqs: jax.Array) -> jax.Array:
     """PWM log-odds score of every motif at every offset ``[n, K, L - W + 1]``."""
-    lo = jnp.asarray(world.log_odds, jnp.float32)  # [K, W, 4]
+    return _scan(jnp.asarray(world.log_odds, jnp.float32), seqs)
+
+
+@jax.jit
+def _scan(lo, seqs):
     onehot = jax.nn.one_hot(seqs, 4, dtype=jnp.float32)  # [n, L, 4]
-    w = world.motif_len
+    w = lo.shape[1]
     windows = jnp.stack([onehot[:, i:i + seqs.shape[1] - w + 1] for i in range(w)], axis=2)
     return jnp.einsum("nowa,kwa->nko", windows, lo)
 
 
 def motif_strength(world: DNAWorld, seqs: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Match strength ``m [n, K]`` in [0, 1] and the best offsets ``[n, K]``."""
-    scan = motif_scan(world, seqs)
+    return _strength(jnp.asarray(world.log_odds, jnp.float32), seqs)
+
+
+@jax.jit
+def _strength(lo, seqs):
+    scan = _scan(lo, seqs)
     best = jnp.max(scan, axis=-1)
-    threshold = 0.6 * float(np.log(0.88 / 0.25)) * world.motif_len  # ~60% of a perfect site
+    threshold = 0.6 * float(np.log(0.88 / 0.25)) * lo.shape[1]  # ~60% of a perfect site
     return jax.nn.sigmoid(2.0 * (best - threshold)), jnp.argmax(scan, axis=-1)
 
 
 def activity(world: DNAWorld, seqs: jax.Array) -> jax.Array:
     """The hidden activity ``[n, 2]`` (cell A, cell B) of the module docstring."""
-    m, where = motif_strength(world, seqs)
-    close = jnp.abs(where[:, 0] - where[:, 1]) <= world.spacing
+    return _activity(jnp.asarray(world.log_odds, jnp.float32), seqs, spacing=world.spacing)
+
+
+@functools.partial(jax.jit, static_argnames=("spacing",))
+def _activity(lo, seqs, *, spacing: int):
+    m, where = _strength(lo, seqs)
+    close = jnp.abs(where[:, 0] - where[:, 1]) <= spacing
     pair = m[:, 0] * m[:, 1] * close
     a = 2.0 * m[:, 0] + 1.5 * m[:, 1] + 1.0 * pair - 1.5 * m[:, 2]
     b = 2.0 * m[:, 2] + 1.0 * m[:, 3] - 1.0 * m[:, 0]
