@@ -137,15 +137,16 @@ def run(config, workdir: str) -> dict:
     media = os.path.join(data, "videos")
     scorer = (tar.BERTScorer(config.scorer_dir, config.scorer_layers or None)
               if config.scorer_dir else None)
+    train_frames = {v: tar.load_frames(v, media) for v in shortcuts.video_types(train)}
     fns = {"majority": shortcuts.fit_majority(train),
            "question_only": shortcuts.fit_question_only(train),
-           **{f"{pos}_frame": shortcuts.fit_frame_rule(train, media, pos)
+           **{f"{pos}_frame": shortcuts.fit_frame_rule(train, media, pos, frames=train_frames)
               for pos in ("first", "middle", "last")},
            "tracker": shortcuts.tracker(config.fps)}
-    table, rows = {}, []
+    table, rows, test_frames = {}, [], {}
     for name, fn in fns.items():
         t0 = time.time()
-        preds = tar.predict(fn, test, media_root=media)
+        preds = tar.predict(fn, test, media_root=media, frames_cache=test_frames)
         path = os.path.join(workdir, "submissions", f"{name}.csv")
         tar.write_submission(path, preds)
         res = tar.evaluate(tar.read_submission(path, test), test, scorer=scorer)

@@ -35,11 +35,13 @@ def hidden(item: schema.Item) -> schema.Item:
 
 def predict(predict_fn: PredictFn, items: Sequence[schema.Item], *,
             media_root: str | None = None, batch_size: int = 32,
-            max_frames: int | None = None) -> dict[str, str]:
+            max_frames: int | None = None,
+            frames_cache: dict[str, np.ndarray] | None = None) -> dict[str, str]:
     """``{item.key(position): prediction}`` for ``items``, in batches of ``batch_size``;
-    frames are read from ``media_root`` (:func:`~lab.methods.tar.schema.load_frames`)."""
+    frames are read from ``media_root`` (:func:`~lab.methods.tar.schema.load_frames`),
+    once per video, into ``frames_cache`` when given (shared between calls)."""
     out: dict[str, str] = {}
-    cache: dict[str, np.ndarray] = {}
+    cache: dict[str, np.ndarray] = {} if frames_cache is None else frames_cache
     for b in range(0, len(items), batch_size):
         batch = list(items[b:b + batch_size])
         frames = []

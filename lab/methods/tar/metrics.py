@@ -58,22 +58,24 @@ def parse_options(question: str) -> dict[str, str]:
 
 def normalise_choice(text: str | None, options: dict[str, str] | None = None) -> str | None:
     """An option letter ``"A"``..``"H"`` or None (malformed). Rule: after
-    :func:`normalise_yes_no`'s stripping, the answer starts with a letter standing alone
-    (``B``, ``B.``, ``(B)``, ``B)``, ``B:``, ``option B``); else, when ``options`` are
-    given, the text equal (case- and punctuation-insensitive) to one option's text."""
+    :func:`normalise_yes_no`'s stripping, when ``options`` are given and the text equals
+    one option's text (case-, article- and punctuation-insensitive), that option (checked
+    first: "A collision ..." is an option's text, not option A); else the answer starts
+    with a letter standing alone (``B``, ``B.``, ``(B)``, ``B)``, ``B:``, ``option B``)
+    that is one of the options."""
     if not isinstance(text, str):
         return None
     s = re.sub(r"^\s*option\s+", "", _strip(text), flags=re.I)
-    m = re.match(r"\(?([A-Ha-h])(?:[\.\):,]|\s|$)", s)
-    if m and (len(s) == 1 or not s[1].isalpha()):
-        letter = m.group(1).upper()
-        if options is None or letter in options:
-            return letter
     if options:
         want = " ".join(tokens(s))
         for letter, option in options.items():
             if want and want == " ".join(tokens(option)):
                 return letter
+    m = re.match(r"\(?([A-Ha-h])(?:[\.\):,]|\s|$)", s)
+    if m and (len(s) == 1 or not s[1].isalpha()):
+        letter = m.group(1).upper()
+        if options is None or letter in options:
+            return letter
     return None
 
 

@@ -99,12 +99,16 @@ def video_types(train) -> dict[str, str]:
     return {it.video_id: t for it in train.get("mcq", []) if (t := labels.type_of_answer(it))}
 
 
-def fit_frame_rule(train, media_root: str, position: str = "last"):
-    """Nearest-centroid event type from one frame (see the module docstring)."""
+def fit_frame_rule(train, media_root: str, position: str = "last", *,
+                   frames: Mapping[str, np.ndarray] | None = None):
+    """Nearest-centroid event type from one frame (see the module docstring); ``frames``
+    (``{video_id: frames}``) saves reading the train videos again."""
     types = video_types(train)
     if not types:
         raise ValueError("fit_frame_rule needs train mcq items to read event types from")
-    feats = {v: frame_features(schema.load_frames(v, media_root), position) for v in types}
+    get = (lambda v: frames[v]) if frames is not None else (
+        lambda v: schema.load_frames(v, media_root))
+    feats = {v: frame_features(get(v), position) for v in types}
     x = np.stack(list(feats.values()))
     mu, sd = x.mean(0), x.std(0) + 1e-6
     classes = sorted(set(types.values()))
