@@ -41,7 +41,9 @@ setup(
         "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
                  "blackjax", "scikit-learn", "nbclient", "ipykernel",
                  "requests", "cachetools", "fire",
-                 "tensorflow-datasets>=4.9.7", "array_record>=0.8"],
+                 "tensorflow-datasets>=4.9.7", "array_record>=0.8",
+                 # lab.methods.tar.bertscore's parity test against the reference package
+                 "bert-score==0.3.13"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
         # lab.data.tfds (imported on use): prepares and reads array_record datasets without
