@@ -39,6 +39,9 @@ def test_train_files_load_with_their_fields_and_extra_keys(tmp_path):
     assert (first.task, first.video_id, first.answer, first.reasoning) == (
         "bcq", "src/v0", "Yes", "Step 1: look.")
     assert first.extra == {"source": "TAD"} and first.item_index is None
+    # the media root: the argument, else the train files' media_root key, from the root
+    assert tar.resolve_media_root(str(tmp_path)) == os.path.join(str(tmp_path), "./videos")
+    assert tar.resolve_media_root(str(tmp_path), "/mnt/v") == "/mnt/v"
     with pytest.raises(FileNotFoundError, match="mcq.json"):
         tar.load_train(str(tmp_path), tasks=["mcq"])
 
@@ -436,7 +439,8 @@ def test_the_loader_reads_the_auto_labeller_output(split):
     for it in test:
         if it.task == "mcq":
             assert labels.type_of_answer(it) == events[it.video_id]["type"]
-    frames = tar.load_frames(test[0].video_id, os.path.join(root, "videos"))
+    assert tar.resolve_media_root(root) == os.path.join(root, "videos")
+    frames = tar.load_frames(test[0].video_id, tar.resolve_media_root(root))
     assert frames.shape == (48, 48, 64, 3)
 
 

@@ -31,12 +31,14 @@ from lab.methods.tar.schema import (
     load_test,
     load_train,
     read_submission,
+    resolve_media_root,
     write_submission,
 )
 
 __all__ = [
     "BERTScorer", "Item", "PredictFn", "SchemaError", "TASKS", "TASK_GROUPS", "TASK_METRIC",
     "evaluate", "labels", "load_frames", "load_task", "load_test", "load_train",
-    "make_videos", "metrics", "predict", "read_submission", "shortcuts", "synthetic",
+    "make_videos", "metrics", "predict", "read_submission", "resolve_media_root", "shortcuts",
+    "synthetic",
     "write_split", "write_submission",
 ]

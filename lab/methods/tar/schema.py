@@ -264,6 +264,22 @@ def read_submission(path: str, items: Sequence[Item] | None = None) -> dict[str,
     return out
 
 
+def resolve_media_root(root: str, media_root: str | None = None) -> str:
+    """The media root of a TAR tree at ``root``: ``media_root`` when given, else the
+    ``media_root`` key of the first train task file that has one (relative paths are
+    taken from ``root``, as the release's quick start sets it), else ``<root>/videos``."""
+    if media_root:
+        return media_root
+    for task in TASKS:
+        path = os.path.join(root, "train", f"{task}.json")
+        if os.path.exists(path):
+            data = _read_json(path)
+            value = data.get("media_root") if isinstance(data, dict) else None
+            if isinstance(value, str) and value:
+                return value if os.path.isabs(value) else os.path.join(root, value)
+    return os.path.join(root, "videos")
+
+
 def media_path(video_id: str, media_root: str) -> str:
     """``<media_root>/<video_id>``; refuses ids that would leave the media root."""
     root = os.path.abspath(media_root)
