@@ -517,3 +517,20 @@ def test_tfds_builder_round_trips_the_annotations(split, tmp_path):
     assert len(data["test"]) == len(test)
     first = data["test"][0]
     assert first["item_index"] == test[0].item_index and first["answer"] == test[0].answer
+
+
+def test_a_redacted_test_file_validates_a_submission_but_cannot_be_scored(split, tmp_path):
+    _, _, test = split
+    path = str(tmp_path / "test.json")
+    schema.write_test(path, test, redact=True)
+    items, redacted = tar.load_test(path)
+    assert redacted and all(it.answer is None and it.reasoning is None for it in items)
+    assert [it.item_index for it in items] == [it.item_index for it in test]
+    sub = str(tmp_path / "sub.csv")
+    tar.write_submission(sub, tar.predict(shortcuts.fit_majority({"bcq": test[:3]}), items))
+    assert len(tar.read_submission(sub, items)) == len(items)
+    with pytest.raises(ValueError, match="redacted split cannot be scored"):
+        tar.evaluate(tar.read_submission(sub, items), items)
+    with pytest.raises(ValueError, match="has no item_index"):
+        schema.write_test(path, [labels.label_video("v", {**synthetic.generate_video(0)[1]},
+                                                    np.random.default_rng(0))[0]])
