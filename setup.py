@@ -31,6 +31,8 @@ setup(
         "numpy",
         "scipy",
         "ml_dtypes",
+        # lab.methods.geosym: exact answers.
+        "sympy>=1.12",
     ],
     extras_require={
         # torch is pinned to the CPU wheel on disk; any other spec pulls a multi-GB CUDA build.
@@ -38,10 +40,13 @@ setup(
         # it with --no-deps; requests, cachetools and fire are what its import needs.
         "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
                  "blackjax", "scikit-learn", "nbclient", "ipykernel",
-                 "requests", "cachetools", "fire"],
+                 "requests", "cachetools", "fire",
+                 "tensorflow-datasets>=4.9.7", "array_record>=0.8"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
-        "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
+        # lab.data.tfds (imported on use): prepares and reads array_record datasets without
+        # TensorFlow.
+        "tfds": ["tensorflow-datasets>=4.9.7", "array_record>=0.8", "importlib_resources"],
         "notebooks": ["nbclient", "ipykernel"],
     },
 )
