@@ -45,7 +45,14 @@ from lab.methods.geosym.questions import (
     stratum,
     verify,
 )
-from lab.methods.geosym.solver import Inexact, Solution, SolverTimeout, solve, time_limit
+from lab.methods.geosym.solver import (
+    Inexact,
+    Solution,
+    SolverTimeout,
+    Unsuitable,
+    solve,
+    time_limit,
+)
 
 __all__ = [
     "ALL_RULES", "BASE_RULES", "QUESTION_TYPES", "RULES", "STRATA", "Construction",
@@ -54,5 +61,5 @@ __all__ = [
     "candidates", "chain_of_thought", "curate_bench", "extract_answer", "generate",
     "geometry", "make_problem", "make_question", "parse", "render", "reward",
     "sample",
-    "solve", "split", "strata_counts", "stratum", "time_limit", "to_hf", "verify",
+    "solve", "split", "strata_counts", "stratum", "time_limit", "to_hf", "Unsuitable", "verify",
 ]

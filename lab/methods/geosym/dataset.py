@@ -72,10 +72,12 @@ class GenStats:
     timeouts: int = 0  # candidate questions dropped for the time limit
     inexact: int = 0  # candidates dropped: not exact or exact != float
     unverified: int = 0  # chains of thought whose answer did not verify
+    unsuitable: int = 0  # candidates not asked (zero, not a half-integer angle, too long)
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: GenStats) -> None:
-        for k in ("problems", "no_question", "degenerate", "timeouts", "inexact", "unverified"):
+        for k in ("problems", "no_question", "degenerate", "timeouts", "inexact", "unverified",
+                  "unsuitable"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         for k, v in other.reasons.items():
             self.reasons[k] = self.reasons.get(k, 0) + v
@@ -103,6 +105,7 @@ def make_problem(seed: int, config: GenConfig = GenConfig()) -> tuple[dict | Non
     stats.timeouts = qstats.get("timeouts", 0)
     stats.inexact = qstats.get("inexact", 0)
     stats.unverified = qstats.get("unverified", 0)
+    stats.unsuitable = qstats.get("unsuitable", 0)
     if q is None:
         stats.no_question = 1
         return None, stats

@@ -102,10 +102,15 @@ def candidates(c: Construction) -> dict[str, list[tuple]]:
     marked = {(a, b, cc) for a, b, cc in c.right_angles} | {(cc, b, a) for a, b, cc in
                                                            c.right_angles}
     angles = []
+    trivial = set()  # a square's or rectangle's corners: 90 degrees by name
     for s in c.shapes.values():
         if s.kind in ("triangle", "quadrilateral", "polygon"):
             n = len(s.points)
-            angles += [(s.points[i - 1], s.points[i], s.points[(i + 1) % n]) for i in range(n)]
+            corners = [(s.points[i - 1], s.points[i], s.points[(i + 1) % n]) for i in range(n)]
+            if s.role in ("square", "rectangle"):
+                trivial |= set(corners) | {t[::-1] for t in corners}
+            else:
+                angles += corners
     ends: dict[str, list[str]] = {}
     for a, b in segs:
         ends.setdefault(a, []).append(b)
@@ -114,7 +119,7 @@ def candidates(c: Construction) -> dict[str, list[tuple]]:
         for i, a in enumerate(others):
             for cc in others[i + 1:]:
                 angles.append((a, b, cc))
-    angles = [t for t in dict.fromkeys(angles) if t not in marked]
+    angles = [t for t in dict.fromkeys(angles) if t not in marked and t not in trivial]
     out["angle"] = [("angle", *t) for t in angles]
     closed = [s.name for s in c.shapes.values() if s.kind != "segment"]
     out["perimeter"] = [("perimeter", n) for n in closed]
@@ -141,9 +146,9 @@ def make_question(c: Construction, rng: random.Random, *, kind: str | None = Non
                   max_tries: int = 12, right_angle_drop: float = 0.7) -> Question | None:
     """A verified question about ``c`` (``None`` if none of ``max_tries`` candidates solves).
 
-    ``stats`` counts ``timeouts`` and ``inexact`` (dropped candidates). An angle of 90
-    degrees is skipped with probability ``right_angle_drop`` so that unmarked right angles
-    (Thales, squares) do not make "90" the majority answer.
+    ``stats`` counts ``timeouts``, ``inexact`` and ``unsuitable`` (dropped candidates).
+    An angle of 90 degrees is skipped with probability ``right_angle_drop`` so that
+    unmarked right angles (Thales, squares) do not make "90" the majority answer.
     """
     stats = stats if stats is not None else {}
     cands = candidates(c)
@@ -165,6 +170,10 @@ def make_question(c: Construction, rng: random.Random, *, kind: str | None = Non
             continue
         except solver.Inexact:
             stats["inexact"] = stats.get("inexact", 0) + 1
+            cands[k].remove(q)
+            continue
+        except solver.Unsuitable:
+            stats["unsuitable"] = stats.get("unsuitable", 0) + 1
             cands[k].remove(q)
             continue
         if q[0] == "ratio" and sol.exact == 1:
@@ -243,7 +252,7 @@ def parse(text: str | None):
     s = re.sub(r"√\s*\(", "sqrt(", s)
     s = re.sub(r"√\s*(\d+(?:\.\d+)?)", r"sqrt(\1)", s)
     s = re.sub(r"(°|\bdegrees?\b|\bdeg\b|\bunits?\b|\bsquare\b)", " ", s, flags=re.IGNORECASE)
-    s = s.strip().rstrip(".").strip().lower()
+    s = s.strip().rstrip(".").strip().lower().replace("^", "**")
     if "=" in s:
         s = s.rsplit("=", 1)[1]
     if not s or not _ALLOWED.match(s) or "," in s:
@@ -254,7 +263,7 @@ def parse(text: str | None):
     if "**" in s.replace(" ", "") and re.search(r"\*\*\s*\(?\s*\d{3,}", s):
         return None  # no huge powers
     try:
-        expr = parse_expr(s.replace("^", "**"), local_dict=dict(_NAMES), global_dict={
+        expr = parse_expr(s, local_dict=dict(_NAMES), global_dict={
             "Integer": sp.Integer, "Float": sp.Float, "Rational": sp.Rational,
             "Symbol": sp.Symbol, "Mul": sp.Mul, "Add": sp.Add, "Pow": sp.Pow},
             transformations=_TRANSFORMS, evaluate=True)

@@ -14,7 +14,8 @@ per-problem time limit, and accepts it only if ``|exact - float| <= rtol *
 angle is a whole or half number of degrees, proved exactly (``cos(d * pi /
 180)`` minus the exact cosine simplifies to 0). A problem that runs out of time
 raises :class:`SolverTimeout`; one whose values disagree raises
-:class:`Inexact`; the dataset drops both and counts them, so no answer that was
+:class:`Inexact`; the dataset drops both and counts them (and skips, without
+counting as a failure, quantities that are :class:`Unsuitable` to ask), so no answer that was
 not checked is ever emitted.
 
 The time limit uses ``SIGALRM`` (POSIX, main thread of a process, which is
@@ -43,7 +44,12 @@ class SolverTimeout(Exception):
 
 
 class Inexact(Exception):
-    """The exact value and the float evaluation disagree, or the value is not exact."""
+    """The exact value and the float evaluation disagree (or the exact value is not real)."""
+
+
+class Unsuitable(Exception):
+    """A quantity not asked: zero, an angle that is not a half-integer number of degrees,
+    or an exact form longer than the limit."""
 
 
 @contextmanager
@@ -190,7 +196,7 @@ def _steps(c: Construction, q: tuple, exact) -> list[str]:
 def _exact_angle(c: Construction, q: tuple, numeric: float):
     half = round(numeric * 2) / 2
     if abs(numeric - half) > 1e-7:
-        raise Inexact(f"angle {q[1:]} = {numeric:.6f} degrees is not a half-integer")
+        raise Unsuitable(f"angle {q[1:]} = {numeric:.6f} degrees is not a half-integer")
     deg = sp.Rational(int(round(half * 2)), 2)
     cosv = evaluate(c, q, g.EXACT)
     if not is_zero(sp.cos(sp.pi * deg / 180) - cosv):
@@ -203,19 +209,20 @@ def solve(c: Construction, q: tuple, *, timeout: float | None = 2.0, rtol: float
     """The exact value of ``q`` in ``c``, checked against the float evaluation.
 
     Raises :class:`SolverTimeout` after ``timeout`` seconds, :class:`Inexact`
-    when the two evaluations disagree beyond ``rtol`` (relative), the value is 0,
-    or its simplified form has more than ``max_ops`` operations.
+    when the two evaluations disagree beyond ``rtol`` (relative), and
+    :class:`Unsuitable` when the value is 0, an angle is not a half-integer number
+    of degrees, or the simplified form has more than ``max_ops`` operations.
     """
     with time_limit(timeout):
         numeric = float(evaluate(c, q, g.FLOAT))
         if not math.isfinite(numeric) or abs(numeric) < 1e-12:
-            raise Inexact(f"{q}: value {numeric} is zero or not finite")
+            raise Unsuitable(f"{q}: value {numeric} is zero or not finite")
         if q[0] == "angle":
             exact = _exact_angle(c, q, numeric)
         else:
             exact = canonical(evaluate(c, q, g.EXACT))
         if max_ops is not None and sp.count_ops(exact) > max_ops:
-            raise Inexact(f"{q}: exact form {exact} has more than {max_ops} operations")
+            raise Unsuitable(f"{q}: exact form {exact} has more than {max_ops} operations")
         approx = complex(sp.N(exact, 30))
         if abs(approx.imag) > 1e-12 * max(1.0, abs(approx.real)):
             raise Inexact(f"{q}: exact value {exact} is not real")
