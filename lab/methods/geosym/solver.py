@@ -128,6 +128,9 @@ def evaluate(c: Construction, q: tuple, ops: g.Ops):
 def canonical(x):
     """The shortest of a few simplified exact forms (``simplify``, rationalised, expanded)."""
     x = sp.nsimplify(x) if isinstance(x, float) else x
+    fast = sp.radsimp(sp.expand(x))
+    if sp.count_ops(fast) <= 8:  # already short: skip the costly ``simplify``
+        return fast
     s = sp.simplify(x)
     forms = [sp.radsimp(s), sp.radsimp(sp.expand(s)), sp.factor(sp.radsimp(sp.expand(s)))]
     return min(forms, key=lambda f: (sp.count_ops(f), len(sp.sstr(f))))
@@ -183,14 +186,20 @@ def _steps(c: Construction, q: tuple, exact) -> list[str]:
             return [f"The perimeter of {s.name} is {' + '.join(sides)} = {val}."]
         return [f"By the shoelace formula the area of {s.name} is {val}."]
     if kind == "shaded":
-        outer, inner = (sp.sstr(canonical(evaluate(c, ("area", n), g.EXACT))) for n in q[1:])
+        outer, inner = (sp.sstr(g.simplify(evaluate(c, ("area", n), g.EXACT))) for n in q[1:])
         return [f"The shaded region is {c.shapes[q[1]].label} minus {c.shapes[q[2]].label}: "
                 f"{outer} - ({inner}) = {val}."]
     if kind == "ratio":
-        a, b = (sp.sstr(canonical(evaluate(c, sub, g.EXACT))) for sub in q[1:])
+        a, b = (sp.sstr(_part(c, sub)) for sub in q[1:])
         return [f"{describe(c, q[1]).capitalize()} is {a} and {describe(c, q[2])} is {b}; "
                 f"the ratio is {val}."]
     return []
+
+
+def _part(c: Construction, q: tuple):
+    if q[0] == "angle":
+        return _exact_angle(c, q, float(evaluate(c, q, g.FLOAT)))
+    return g.simplify(evaluate(c, q, g.EXACT))
 
 
 def _exact_angle(c: Construction, q: tuple, numeric: float):
