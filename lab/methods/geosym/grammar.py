@@ -545,7 +545,7 @@ def circ_concentric(c: Construction, s: Shape, rng) -> list[str]:
     c.contains.append((big.name, small.name))
     c.add_step("concentric", d,
                f"{circ.name} is concentric with {s.name}, with radius {_s(k)} times that of "
-               f"{s.name}.", f"Its radius is {_s(k)} * {_s(s.radius_exact)} = "
+               f"{s.name}.", f"The radius of {circ.name} is {_s(k)} * {_s(s.radius_exact)} = "
                f"{_s(circ.radius_exact)}.", [circ.name], [s.name])
     return [circ.name]
 
@@ -591,7 +591,8 @@ def circ_inscribed_polygon(c: Construction, s: Shape, rng) -> list[str]:
     c.add_step("inscribed_polygon", d,
                f"{poly.name} is a {role} inscribed in {s.name}, with {names[0]} in the "
                f"direction {start} from the centre.",
-               "Its vertices are " + ", ".join(_pt(c, p) for p in names) + ".", [poly.name],
+               f"The vertices of {poly.name} are " + ", ".join(_pt(c, p) for p in names) + ".",
+               [poly.name],
                [s.name])
     return [poly.name]
 
@@ -610,7 +611,7 @@ def circ_circumscribed_square(c: Construction, s: Shape, rng) -> list[str]:
     c.right_angles.append((corners[3], corners[0], corners[1]))
     c.add_step("circumscribed_square", d,
                f"{sq.name} is the axis-aligned square circumscribed about {s.name}.",
-               "Its vertices are the centre plus (+-r, +-r): "
+               f"The vertices of {sq.name} are the centre plus (+-r, +-r): "
                + ", ".join(_pt(c, p) for p in corners) + ".", [sq.name], [s.name])
     return [sq.name]
 
@@ -697,7 +698,8 @@ def poly_circumcircle(c: Construction, s: Shape, rng) -> list[str]:
                    radius=lambda ops: g.dist(ops, c.xy(Oc, ops.exact), c.xy(A, ops.exact)))
     c.contains.append((circ.name, s.name))
     c.add_step("polygon_circumcircle", d, f"{circ.name} is the circumcircle of {s.name}.",
-               f"Its radius is {Oc}{A} = {_s(circ.radius_exact)}.", [circ.name], [s.name])
+               f"The radius of {circ.name} is {Oc}{A} = {_s(circ.radius_exact)}.", [circ.name],
+               [s.name])
     return [circ.name]
 
 

@@ -18,8 +18,10 @@ raises :class:`SolverTimeout`; one whose values disagree raises
 counting as a failure, quantities that are :class:`Unsuitable` to ask), so no answer that was
 not checked is ever emitted.
 
-The time limit uses ``SIGALRM`` (POSIX, main thread of a process, which is
-where the dataset's process pool runs it); elsewhere it is not enforced.
+The time limit counts the process's CPU time (``ITIMER_VIRTUAL`` /
+``SIGVTALRM``, POSIX, main thread of a process, which is where the dataset's
+process pool runs it), so that load from other processes does not change which
+problems are dropped; elsewhere it is not enforced.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ class Unsuitable(Exception):
 
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raise :class:`SolverTimeout` in the block after ``seconds`` (main thread, POSIX)."""
+    """Raise :class:`SolverTimeout` after ``seconds`` of the process's CPU time in the block.
+
+    CPU time (``ITIMER_VIRTUAL``), not wall time, so that a loaded machine drops the
+    same problems as an idle one. Main thread, POSIX only; elsewhere not enforced.
+    """
     usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     if not usable:
@@ -62,15 +68,15 @@ def time_limit(seconds: float | None):
         return
 
     def handler(signum, frame):
-        raise SolverTimeout(f"exact solution exceeded {seconds} s")
+        raise SolverTimeout(f"exact solution exceeded {seconds} s of CPU time")
 
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGVTALRM, handler)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, old)
 
 
 @dataclass
