@@ -270,6 +270,10 @@ def test_render_points_and_labels_agree_with_construction():
         assert (box.max(axis=-1) < 100).sum() > 5  # text was drawn there
     assert R.labels_overlap(r) == []
     assert R.label_text(c, "A").startswith("A(")
+    bx0, by0, bx1, by1 = r.labels_px["c1"]  # the circle's name sits just outside it
+    o_px = r.points_px[c.shapes["c1"].points[0]]
+    rad_px = c.shapes["c1"].radius / (x1 - x0) * size
+    assert rad_px < math.dist(((bx0 + bx1) / 2, (by0 + by1) / 2), o_px) < rad_px + 0.1 * size
 
     def clear(xy):  # far from every point, label and line of the figure
         px = to_px(xy)

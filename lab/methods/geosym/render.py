@@ -4,7 +4,8 @@ Segments, polygons and circles are drawn in dark blue; a question's shaded
 region (inside one object, outside one it contains) is filled grey; right
 angles get a small square, equal segments the same number of tick marks;
 points are black dots, and given points are labelled with their integer
-coordinates (``A(0, 4)``), the others with their name. Labels are placed
+coordinates (``A(0, 4)``), the others with their name; circles carry their
+name (``c1``) just outside them. Labels are placed
 greedily: for each point, of 16 positions around it, the one whose box
 overlaps fewest already placed labels, other points and sampled line pixels
 (the usual greedy point-feature label placement; Christensen, Marks and
@@ -37,7 +38,8 @@ SHADE = "#b8b8b8"
 class Rendered:
     image: np.ndarray  # uint8 [H, W, 3]
     points_px: dict[str, tuple[float, float]]
-    labels_px: dict[str, tuple[float, float, float, float]]  # x0, y0, x1, y1 (top-left origin)
+    # Point and circle names -> label box x0, y0, x1, y1 (pixels, top-left origin).
+    labels_px: dict[str, tuple[float, float, float, float]]
     xlim: tuple[float, float]
     ylim: tuple[float, float]
 
@@ -176,6 +178,36 @@ def render(c: Construction, *, shaded: tuple[str, str] | None = None, size: int 
         dy = ylim[1] - cy / size * (ylim[1] - ylim[0])
         texts[n] = ax.text(dx, dy, text, fontsize=font_size, ha="center", va="center",
                            color="black", zorder=4)
+
+    for s in c.shapes.values():  # circle names, just outside the circle
+        if s.kind != "circle":
+            continue
+        w, h = 0.6 * fs_px * len(s.name) + 4, 1.25 * fs_px
+        ccx, ccy = points_px[s.points[0]]
+        rad = s.radius / (xlim[1] - xlim[0]) * size
+        best, best_score = None, None
+        for j in range(24):
+            ang = 2 * math.pi * (j + 0.5) / 24
+            dist = rad + 0.6 * max(w, h)
+            cx, cy = ccx + math.cos(ang) * dist, ccy - math.sin(ang) * dist
+            box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            score = 0.0
+            for b in placed:
+                ox = max(0.0, min(box[2], b[2]) - max(box[0], b[0]))
+                oy = max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
+                score += 50.0 * ox * oy / (w * h)
+            score += 20.0 * _inside(pt_px, box, 6) + 1.0 * _inside(line_px, box, 2)
+            out = max(0.0, -box[0]) + max(0.0, -box[1]) + max(0.0, box[2] - size) + max(
+                0.0, box[3] - size)
+            score += 10.0 * out + 0.001 * j
+            if best_score is None or score < best_score:
+                best, best_score = box, score
+        placed.append(best)
+        cx, cy = (best[0] + best[2]) / 2, (best[1] + best[3]) / 2
+        texts[s.name] = ax.text(xlim[0] + cx / size * (xlim[1] - xlim[0]),
+                                ylim[1] - cy / size * (ylim[1] - ylim[0]), s.name,
+                                fontsize=font_size, ha="center", va="center", color=LINE,
+                                style="italic", zorder=4)
 
     canvas.draw()
     image = np.asarray(canvas.buffer_rgba())[..., :3].copy()
