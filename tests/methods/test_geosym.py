@@ -5,6 +5,7 @@ import collections
 import io
 import math
 import random
+import re
 import time
 
 import numpy as np
@@ -40,6 +41,10 @@ def test_every_generated_answer_is_exact_and_matches_float(records):
         assert _rel(float(sp.N(exact, 30)), r["value"]) <= 1e-9, r
         assert geosym.verify(geosym.extract_answer(r["cot"]), r["answer"])
         assert r["cot"].rstrip().endswith(f"Answer: {r['answer']}")
+        ex = geosym.to_sft(r)
+        coords = re.compile(r"[A-Z]\(-?\d+, -?\d+\)")  # given data, e.g. A(0, 4)
+        assert coords.search(r["question"]) and not coords.search(ex["prompt"])
+        assert geosym.reward([ex["completion"]], [ex["answer"]])[0] == 1.0
     kinds = collections.Counter(r["question_type"] for r in recs)
     assert set(kinds) == set(geosym.QUESTION_TYPES), kinds
     assert set(geosym.strata_counts(recs).values()) != {0}
@@ -71,7 +76,6 @@ def test_shortcuts_stay_near_chance(records):
     acc = np.mean([r["answer"] == per_type.get(r["question_type"]) for r in test])
     assert acc < 0.15, acc
     # The question alone: with names masked, a template's majority answer.
-    import re
     tmpl = lambda r: re.sub(r"\b[A-Z]\d?\b|c\d", "X", r["question_diagram"])
     by_t = collections.defaultdict(collections.Counter)
     for r in train:

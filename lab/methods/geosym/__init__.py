@@ -20,6 +20,7 @@ from lab.methods.geosym.dataset import (
     split,
     strata_counts,
     to_hf,
+    to_sft,
 )
 from lab.methods.geosym.grammar import (
     ALL_RULES,
@@ -61,5 +62,6 @@ __all__ = [
     "candidates", "chain_of_thought", "curate_bench", "extract_answer", "generate",
     "geometry", "make_problem", "make_question", "parse", "render", "reward",
     "sample",
-    "solve", "split", "strata_counts", "stratum", "time_limit", "to_hf", "Unsuitable", "verify",
+    "solve", "split", "strata_counts", "stratum", "time_limit", "to_hf", "to_sft", "Unsuitable",
+    "verify",
 ]

@@ -218,6 +218,15 @@ def split(records: list[dict], *, fractions=(0.8, 0.1, 0.1), bench_per_cell: int
     return out
 
 
+def to_sft(record: dict, *, diagram: bool = True) -> dict:
+    """A supervised example: ``prompt`` (the diagram question, or the full text one),
+    ``completion`` (the verified chain of thought, ending ``Answer: ...``), ``answer``
+    (for the exact-match reward) and ``image`` (PNG bytes)."""
+    prompt = record["question_diagram"] if diagram else record["question"]
+    return {"prompt": prompt + " End with 'Answer: <exact value>'.",
+            "completion": record["cot"], "answer": record["answer"], "image": record["image"]}
+
+
 def strata_counts(records: Iterable[dict]) -> dict[str, int]:
     c = Counter(r["stratum"] for r in records)
     return {s: c.get(s, 0) for s in questions.STRATA}
