@@ -317,6 +317,9 @@ def test_render_never_overlaps_labels_on_random_problems():
         c = grammar.sample(rng, 3)
         r = R.render(c, size=384, dpi=48)
         assert R.labels_overlap(r) == [], seed
+        for n, b in r.labels_px.items():  # no label covers another point
+            assert not [m for m, (x, y) in r.points_px.items()
+                        if m != n and b[0] < x < b[2] and b[1] < y < b[3]], (seed, n)
     with pytest.raises(ValueError, match="size"):
         R.render(c, size=10)
 
