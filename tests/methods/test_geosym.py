@@ -348,7 +348,7 @@ def test_degenerate_draws_are_resampled_never_emitted(monkeypatch):
                         or real(rng, lo, hi))
     stats = grammar.SampleStats()
     c = grammar.sample(random.Random(0), 0, stats=stats, bases=["triangle"])
-    assert stats.reasons.get("collinear triangle") == 1
+    assert stats.reasons.get("collinear triangle") == 1, stats.reasons
     c.check()
     monkeypatch.undo()
     stats = grammar.SampleStats()
@@ -427,6 +427,7 @@ def test_stratified_splits_and_curated_bench(records):
     bench = sp_["bench"]
     cells = collections.Counter((r["question_type"], r["stratum"]) for r in bench)
     assert max(cells.values()) <= 2 and len(cells) >= 10
+    assert max(r["n_points"] for r in bench) <= 10
     assert len({(r["question_type"], r["stratum"], r["answer"]) for r in bench}) == len(bench)
     rest = sp_["train"] + sp_["validation"] + sp_["test"]
     pool = geosym.strata_counts(rest)

@@ -174,10 +174,12 @@ def generate(n: int, seed: int = 0, config: GenConfig = GenConfig(), *, workers:
     return records, total
 
 
-def curate_bench(records: list[dict], per_cell: int, seed: int = 0) -> list[dict]:
-    """Up to ``per_cell`` problems per (question type, stratum), answers unique per cell."""
+def curate_bench(records: list[dict], per_cell: int, seed: int = 0,
+                 max_points: int = 10) -> list[dict]:
+    """Up to ``per_cell`` problems per (question type, stratum), answers unique per cell,
+    figures of at most ``max_points`` points (readable diagrams)."""
     rng = random.Random(seed)
-    order = list(records)
+    order = [r for r in records if r["n_points"] <= max_points]
     rng.shuffle(order)
     cells: dict[tuple[str, str], list[dict]] = {}
     seen: set[tuple[str, str, str]] = set()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -824,6 +825,7 @@ def sample(rng: random.Random, n_rules: int, *, max_points: int = 14, max_tries:
 def _count(stats: SampleStats, e: Exception) -> None:
     stats.degenerate += 1
     key = str(e).split(":")[-1].split("(")[0].strip()
+    key = re.sub(r"\d+(\.\d+)?", "#", re.sub(r"\b[A-Z]\d*\b", "X", key))
     stats.reasons[key] = stats.reasons.get(key, 0) + 1
 
 
