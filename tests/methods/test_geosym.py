@@ -14,7 +14,7 @@ import sympy as sp
 
 from lab.methods import geosym
 from lab.methods.geosym import geometry as g
-from lab.methods.geosym import grammar, questions, solver
+from lab.methods.geosym import grammar, questions, rules, solver
 from lab.methods.geosym import render as R
 
 NO_RENDER = geosym.GenConfig(render=False)
@@ -343,8 +343,8 @@ def test_degenerate_constructions_rejected():
 
 def test_degenerate_draws_are_resampled_never_emitted(monkeypatch):
     draws = iter([(0, 0), (3, 3), (6, 6)])  # the first triangle is collinear
-    real = grammar._lattice
-    monkeypatch.setattr(grammar, "_lattice", lambda rng, lo=0, hi=8: next(draws, None)
+    real = rules._lattice
+    monkeypatch.setattr(rules, "_lattice", lambda rng, lo=0, hi=8: next(draws, None)
                         or real(rng, lo, hi))
     stats = grammar.SampleStats()
     c = grammar.sample(random.Random(0), 0, stats=stats, bases=["triangle"])

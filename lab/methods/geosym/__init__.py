@@ -1,7 +1,8 @@
 """GeoSym: a synthetic geometry engine with exact symbolic ground truth.
 
-A type-conditional grammar of constructions (:mod:`.grammar`) over exact and
-float coordinates (:mod:`.geometry`); SymGT, the exact solver with a float
+A type-conditional grammar of constructions (:mod:`.grammar`, its rules in
+:mod:`.rules`, the :class:`Construction` in :mod:`.construction`) over exact
+and float coordinates (:mod:`.geometry`); SymGT, the exact solver with a float
 cross-check and per-problem time limits (:mod:`.solver`); a matplotlib
 renderer (:mod:`.render`, called as ``geosym.render.render(construction)``);
 question templates, answer-verified chains of thought and the exact-match
