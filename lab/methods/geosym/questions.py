@@ -38,6 +38,7 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
+from lab.methods.geosym import geometry as g
 from lab.methods.geosym import solver
 from lab.methods.geosym.grammar import Construction
 
@@ -111,6 +112,9 @@ def candidates(c: Construction) -> dict[str, list[tuple]]:
                 trivial |= set(corners) | {t[::-1] for t in corners}
             else:
                 angles += corners
+            if s.role.startswith("regular") and n >= 5:  # inscribed angles, k * 180 / n
+                angles += [(s.points[i], s.points[0], s.points[k]) for i in range(1, n - 1)
+                           for k in range(i + 1, n)]
     ends: dict[str, list[str]] = {}
     for a, b in segs:
         ends.setdefault(a, []).append(b)
@@ -141,6 +145,11 @@ def _ask(c: Construction, q: tuple, diagram: bool) -> str:
     return f"Find {what}. Give the exact value."
 
 
+def _half_degree(c: Construction, q: tuple) -> bool:
+    v = float(solver.evaluate(c, q, g.FLOAT))
+    return abs(v - round(v * 2) / 2) < 1e-7
+
+
 def make_question(c: Construction, rng: random.Random, *, kind: str | None = None,
                   timeout: float = 2.0, max_ops: int = 40, stats: dict | None = None,
                   max_tries: int = 12, right_angle_drop: float = 0.7) -> Question | None:
@@ -152,6 +161,7 @@ def make_question(c: Construction, rng: random.Random, *, kind: str | None = Non
     """
     stats = stats if stats is not None else {}
     cands = candidates(c)
+    cands["angle"] = [q for q in cands["angle"] if _half_degree(c, q)]  # cheap float filter
     kinds = [k for k in QUESTION_TYPES if cands[k]] if kind is None else [kind]
     for _ in range(max_tries):
         if not kinds:
