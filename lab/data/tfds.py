@@ -10,7 +10,9 @@ to TensorFlow are done here instead:
 - images are given as PNG bytes (``tfds.features.Image`` encodes NumPy arrays
   with ``tf.image.encode_png``; a file object of PNG bytes is stored as it is
   and decoded with PIL on read). :func:`build` encodes ``uint8`` arrays for
-  every ``Image`` feature with PIL.
+  every ``Image`` feature, and every frame of a ``Sequence(Image)`` feature,
+  with PIL. (``tfds.features.Video`` needs TensorFlow even to be constructed;
+  use ``Sequence(Image(...))`` for frames: it reads back as a list of arrays.)
 
 Usage::
 
@@ -63,16 +65,25 @@ def encode_png(image: np.ndarray) -> io.BytesIO:
     return buf
 
 
-def _image_keys(features) -> list[str]:
+def _image_keys(features) -> tuple[list[str], list[str]]:
+    """Names of ``Image`` features and of ``Sequence(Image)`` features (frame stacks)."""
     tfds = _tfds()
-    return [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
+    images = [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
+    frames = [k for k, f in features.items() if isinstance(f, tfds.features.Sequence)
+              and isinstance(f.feature, tfds.features.Image)]
+    return images, frames
 
 
-def _prepare_example(example: dict[str, Any], image_keys: list[str]) -> dict[str, Any]:
+def _prepare_example(example: dict[str, Any], keys: tuple[list[str], list[str]]):
+    images, frames = keys
     out = dict(example)
-    for k in image_keys:
+    for k in images:
         if isinstance(out.get(k), np.ndarray):
             out[k] = encode_png(out[k])
+    for k in frames:
+        v = out.get(k)
+        if v is not None:
+            out[k] = [encode_png(f) if isinstance(f, np.ndarray) else f for f in v]
     return out
 
 

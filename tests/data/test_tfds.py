@@ -13,7 +13,9 @@ from lab.data import tfds as ltfds  # noqa: E402
 def _features():
     return {"question": tfds.features.Text(), "n": tfds.features.Scalar(np.int64),
             "value": tfds.features.Scalar(np.float64),
-            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="png")}
+            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="png"),
+            "frames": tfds.features.Sequence(tfds.features.Image(shape=(4, 4, 3),
+                                                                encoding_format="png"))}
 
 
 def _gen(n, offset=0):
@@ -22,7 +24,8 @@ def _gen(n, offset=0):
             img = np.zeros((6, 7, 3), np.uint8)
             img[i % 6, :, 0] = 200 + i
             yield f"k{i + offset}", {"question": f"what is {i + offset}? ü", "n": i + offset,
-                                      "value": 0.25 * i, "image": img}
+                                      "value": 0.25 * i, "image": img,
+                                      "frames": np.full((i + 1, 4, 4, 3), i, np.uint8)}
     return gen
 
 
@@ -37,6 +40,7 @@ def test_build_and_load_roundtrip_without_tensorflow(tmp_path):
         assert ex["value"] == pytest.approx(0.25 * i)
         assert ex["image"].shape == (6, 7, 3) and ex["image"].dtype == np.uint8
         assert ex["image"][i % 6, 3, 0] == 200 + i  # PNG is lossless
+        assert len(ex["frames"]) == i + 1 and all((f == i).all() for f in ex["frames"])
     assert splits["bench"][-1]["n"] == 101
     with pytest.raises(IndexError, match="out of range"):
         splits["bench"][2]
