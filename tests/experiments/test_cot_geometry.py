@@ -182,3 +182,26 @@ def test_bad_config_fails_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"unknown config keys \['geometry.rhoo'\]"):
         exp.run(config, str(tmp_path))
     assert not os.listdir(tmp_path)
+
+
+def test_the_default_model_is_in_the_regime_by_its_stored_metrics():
+    """cot-xs's stored regime (held-out prompts, 200 per level): it holds, accuracy falls
+    from the default's easy levels (1-2 steps: difficulty 2, 4) to its hard ones (4-5 steps:
+    8, 10) by more than the regime's 0.15, and at 150 problems per level both groups
+    expect well over 20 correct and 20 wrong chains."""
+    zoo.load("cot-xs")
+    reg = zoo.metrics("cot-xs")["regime"]
+    assert reg["checks"]["ok"]
+    acc = {int(k): v["accuracy"] for k, v in reg["by_difficulty"].items()}
+    easy, hard = (acc[2] + acc[4]) / 2, (acc[8] + acc[10]) / 2
+    assert easy - hard >= exp.MIN_ACC_DROP
+    n = 2 * get_config("default").task.n_per_level
+    assert min(n * easy, n * (1 - easy), n * hard, n * (1 - hard)) >= 2 * exp.MIN_PER_CLASS
+
+
+@pytest.mark.slow
+def test_default_run_is_in_the_regime(tmp_path):
+    """The default run's own regime checks hold (measured on its 750 chains: easy 0.80 vs
+    hard 0.49, 61 wrong easy chains, shortest chain 13 tokens)."""
+    res = exp.run(get_config("default"), str(tmp_path))
+    assert holds(res["regime"]) == [True] * 4, res["regime"]
