@@ -42,6 +42,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.math500.path = ""
     c.math500.template = "Problem: {problem}\nSolution:"
     c.math500.n_per_level = 0        # 0 = every problem
+    c.math500.max_new_tokens = 1024  # a real model's chains are long
 
     # the groups compared and the transfer split (levels)
     c.easy_levels = [1, 2]
@@ -50,11 +51,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.transfer_target = [4, 5]
 
     c.generation = ml_collections.ConfigDict()
-    c.generation.max_new_tokens = 72 if test else (1024 if paper else 80)
+    c.generation.max_new_tokens = 72 if test else 80   # arithmetic chains (math500: above)
     c.generation.batch_size = 80 if test else (16 if paper else 750)
 
     c.geometry = ml_collections.ConfigDict()
     c.geometry.layer = -1            # the layer the claims are decided on (-1 = last block)
+    # the layers measured: "all" or comma-separated ints (0 = embeddings, negative from the
+    # end); a real checkpoint's every layer over long chains does not fit in host memory
+    c.geometry.layers = "0,-1" if paper else "all"
     c.geometry.rho = 0.9
     c.geometry.window = 8            # tokens per window of the length-controlled d_rho
     c.geometry.prefix = 0.2          # the early fraction of each chain

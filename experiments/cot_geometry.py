@@ -65,6 +65,8 @@ def check_config(config):
         "geometry.window": (lambda v: v >= 2, "an int >= 2"),
         "geometry.prefix": (lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
         "geometry.min_prefix": (lambda v: v >= 2, "an int >= 2 (a curve needs 2 points)"),
+        "geometry.layers": (_layers_ok, '"all" or comma-separated layer indices'),
+        "math500.max_new_tokens": (lambda v: v >= 2, "an int >= 2"),
         "predictor.test_fraction": (lambda v: 0 < v < 1, "a fraction in (0, 1)"),
         "predictor.features": (lambda v: bool(v) and all(f.strip() in known
                                                          for f in v.split(",")),
@@ -86,6 +88,30 @@ def check_config(config):
         require(used <= set(range(lo, hi + 1)), "easy_levels", sorted(used),
                 f"levels (steps) within task.steps={list(config.task.steps)}")
     return config
+
+
+def _layers_ok(value: str) -> bool:
+    if value == "all":
+        return True
+    try:
+        return all(isinstance(int(v), int) for v in value.split(","))
+    except ValueError:
+        return False
+
+
+def measured_layers(config, n_layers: int) -> tuple[tuple[int, ...], int]:
+    """``(the layers measured, the claims' layer)`` as indices ``0..n_layers``; ValueError
+    naming ``geometry.layer`` when the claims' layer is not among those measured."""
+    g = config.geometry
+    spec = "all" if g.layers == "all" else [int(v) for v in g.layers.split(",")]
+    try:
+        layers = cg.resolve_layers(spec, n_layers)
+        layer = cg.resolve_layers(g.layer, n_layers)[0]
+    except ValueError as e:
+        raise ValueError(f"config.geometry.layer(s): {e}") from e
+    require(layer in layers, "geometry.layer", g.layer,
+            f"one of the measured geometry.layers={g.layers!r} (resolved: {list(layers)})")
+    return layers, layer
 
 
 def feature_names(config) -> tuple[str, ...]:
@@ -368,10 +394,12 @@ def run(config, workdir: str) -> dict:
     check_config(config)
     started = time.time()
     model, tok = zoo.load_model(config.model)
+    layers, layer = measured_layers(config, model.config.n_layers)
     problems = math500_problems(config) if config.math500.path else arithmetic_problems(config)
     t_gen = time.time()
-    tr = cg.trajectories(model, problems, tokenizer=tok, layer="all",
-                         max_new_tokens=config.generation.max_new_tokens,
+    tr = cg.trajectories(model, problems, tokenizer=tok, layer=list(layers),
+                         max_new_tokens=(config.math500.max_new_tokens if config.math500.path
+                                         else config.generation.max_new_tokens),
                          batch_size=config.generation.batch_size)
     t_gen = time.time() - t_gen
     g = config.geometry
@@ -389,7 +417,6 @@ def run(config, workdir: str) -> dict:
             "confidence": conf, "easy": np.isin(levels, config.easy_levels),
             "hard": np.isin(levels, config.hard_levels),
             "test": split(levels, config.predictor.test_fraction, config.seed)}
-    layer = cg.resolve_layers(g.layer, model.config.n_layers)[0]
     per_layer = {str(lv): layer_measures(tr.at(lv)[cut], tr.mask[cut], prefix, data, config)
                  for lv in tr.layers}
     groups = {k: {"correct": int(correct[data[k]].sum()),

@@ -52,9 +52,11 @@ def test_real_path_on_a_tiny_random_qwen3_and_math500(tmp_path):
                                 "answer": str(2 * i), "subject": "Algebra"}) + "\n")
     config = get_config("test")
     config.model, config.math500.path = str(ckpt), str(path)
-    config.generation.max_new_tokens = 6
+    config.math500.max_new_tokens = 6
+    config.geometry.layers = "-1"
     res = exp.run(config, str(tmp_path / "out"))
     assert res["source"] == "math500" and res["n_chains"] == 10 and res["layer"] == 1
+    assert list(res["layers"]) == ["1"]
     assert res["accuracy_by_level"] == {str(k): 0.0 for k in range(1, 6)}
     assert res["zoo_regime_ok"] is None and len(res["regime"]) == 3
     assert res["regime"][0]["holds"] is False and not any(c["holds"] for c in res["claims"])
@@ -176,6 +178,11 @@ def test_bad_config_fails_before_any_work(tmp_path):
     fails(r"config.math500.path='/nope.jsonl' is invalid", **{"math500.path": "/nope.jsonl"})
     fails(r"config.predictor.features='speed' is invalid", **{"predictor.features": "speed"})
     fails(r"within task.steps", transfer_target=[4, 6])
+    fails(r"config.geometry.layers='0,last' is invalid", **{"geometry.layers": "0,last"})
+    # known once the model is loaded (its number of layers), still before any generation
+    fails(r"config.geometry.layer=-1 is invalid; expected one of the measured "
+          r"geometry.layers='0,1'", **{"geometry.layers": "0,1"})
+    fails(r"layer=5 is outside the model's layers 0..2", **{"geometry.layer": 5})
     config = get_config("test")
     config.unlock()
     config.geometry.rhoo = 0.9
