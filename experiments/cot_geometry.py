@@ -526,7 +526,6 @@ def _plot_geometry(tr, cut, levels, layer, data, config, workdir) -> str:
     for lv, s in spectra.items():
         axes[0].semilogy(np.arange(1, len(s) + 1), np.maximum(s, 1e-8), "-o", ms=3,
                          label=f"level {lv}")
-    axes[0].axhline(0, color="k", lw=0)
     axes[0].set_xlabel("principal component")
     axes[0].set_ylabel("fraction of variance (mean over chains)")
     axes[0].set_title(f"covariance spectra, layer {layer}")
@@ -566,6 +565,9 @@ def _plot_layers(results, workdir) -> str:
     length = results["baselines"]["difficulty"]["generated_tokens"]["auc"]
     if length is not None:
         ax.axhline(length, color="k", ls=":", label="length (easy vs hard)")
+    conf = results["baselines"]["correctness"]["confidence"]["auc"]
+    if conf is not None:
+        ax.axhline(conf, color="tab:green", ls="--", lw=1, label="confidence (correctness)")
     ax.set_xticks(np.arange(len(layers)) + 0.4 - w / 2, [f"layer {lv}" for lv in layers])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("AUC")
