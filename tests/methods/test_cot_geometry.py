@@ -189,7 +189,7 @@ def test_logistic_regression_recovers_a_planted_direction():
         cg.fit_logistic(np.full((4, 2), np.nan), y[:4])
 
 
-CFG = TransformerConfig(vocab_size=264, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1,
+CFG = TransformerConfig(vocab_size=264, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
                         head_dim=16, d_ff=64, max_len=64)
 
 
@@ -224,7 +224,7 @@ def test_trajectories_are_the_generated_tokens_hidden_states(model):
     tok = StopAt(eos_id=stop)
     tr = cg.trajectories(model, [{"prompt": p} for p in prompts], tokenizer=tok, layer=[-1, 0],
                          max_new_tokens=6, batch_size=2)
-    assert tr.layers == (2, 0) and tr.hidden.shape == (2, 3, 6, 32)
+    assert tr.layers == (1, 0) and tr.hidden.shape == (2, 3, 6, 32)
     assert tr.lengths[0] == (1 if t0 == stop else 2)
     np.testing.assert_array_equal(tr.mask, np.arange(6)[None] < tr.lengths[:, None])
     assert np.all(tr.hidden[:, ~tr.mask] == 0) and np.all(tr.logprobs[~tr.mask] == 0)
@@ -249,8 +249,10 @@ def test_trajectories_are_the_generated_tokens_hidden_states(model):
 
 def test_trajectories_bad_arguments(model):
     tok = ByteTokenizer()
-    with pytest.raises(ValueError, match=r"layer=3 is outside the model's layers 0..2"):
-        cg.trajectories(model, ["1+1=?\n"], tokenizer=tok, layer=3)
+    with pytest.raises(ValueError, match=r"layer=2 is outside the model's layers 0..1"):
+        cg.trajectories(model, ["1+1=?\n"], tokenizer=tok, layer=2)
+    with pytest.raises(ValueError, match=r"layer=-3 is outside"):
+        cg.resolve_layers(-3, 1)
     with pytest.raises(ValueError, match="expected an int, a list of ints or 'all'"):
         cg.resolve_layers("last", 2)
     assert cg.resolve_layers(-1, 2) == (2,) and cg.resolve_layers("all", 2) == (0, 1, 2)
