@@ -206,7 +206,7 @@ def test_the_default_model_is_in_the_regime_by_its_stored_metrics():
     assert min(n * easy, n * (1 - easy), n * hard, n * (1 - hard)) >= 2 * exp.MIN_PER_CLASS
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_default_run_is_in_the_regime(tmp_path):
     """The default run's own regime checks hold (measured on its 750 chains: easy 0.80 vs
     hard 0.49, 61 wrong easy chains, shortest chain 13 tokens)."""

@@ -236,7 +236,7 @@ def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
     assert str(tmp_path) in open(tmp_path / "out" / "report.md").read()
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_default_reader_has_the_regime():
     """The default's reader (lm-xs-docs, shipped) on the default's task (N = 32, 4 near-miss
     distractors): TPR spans >= 0.2 over positions and over groups of positions, one pass

@@ -120,6 +120,7 @@ def test_regime_rules_hold_and_fail_on_fabricated_results():
     assert [c["holds"] for c in regime_checks(flat_rl, good)] == [True, True, False]
 
 
+@pytest.mark.deep
 def test_default_preset_generators_and_oracles_ship_trained():
     """The default run loads its generators and oracles shipped with Lab (no training), and
     they are the trained models: the AR prior models the world's sequences better than

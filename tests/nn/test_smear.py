@@ -166,6 +166,7 @@ def _mqar(rng, n, pairs=8, queries=4, n_keys=32, n_values=32):
             "mask": mask[:, 1:]}
 
 
+@pytest.mark.deep
 def test_one_smeared_layer_learns_associative_recall():
     # One attention layer cannot chain "find the key, read the next token" (that takes
     # an induction circuit over two layers); with the key smeared into the separator's
