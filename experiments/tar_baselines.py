@@ -180,11 +180,10 @@ def run(config, workdir: str) -> dict:
                                  results=results, report=report)
 
 
-def main_table(results: dict) -> str:
-    """The results page's table: every predictor per task group and in aggregate."""
-    rows = [{"predictor": p, **r["groups"], "aggregate": r["aggregate"]}
+def main_table(results: dict) -> list[dict]:
+    """The results page's table rows: every predictor per task group and in aggregate."""
+    return [{"predictor": p, **r["groups"], "aggregate": r["aggregate"]}
             for p, r in results["table"].items()]
-    return outputs.markdown_table(rows)
 
 
 if __name__ == "__main__":
