@@ -76,6 +76,21 @@ def _samples(c: Construction) -> list[tuple[float, float]]:
     return out
 
 
+def _box_cost(box, placed, pt_px, line_px, size: int) -> float:
+    """How bad a label box is: overlap with the labels already placed (as a fraction of its
+    area), points and line pixels it covers, and how far it leaves the image."""
+    w, h = box[2] - box[0], box[3] - box[1]
+    cost = 0.0
+    for b in placed:
+        ox = max(0.0, min(box[2], b[2]) - max(box[0], b[0]))
+        oy = max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
+        cost += 50.0 * ox * oy / (w * h)
+    cost += 20.0 * _inside(pt_px, box, 6) + 1.0 * _inside(line_px, box, 2)
+    out = max(0.0, -box[0]) + max(0.0, -box[1]) + max(0.0, box[2] - size) + max(
+        0.0, box[3] - size)
+    return cost + 10.0 * out
+
+
 def _inside(arr: np.ndarray, box, pad: float) -> int:
     if not len(arr):
         return 0
@@ -161,15 +176,7 @@ def render(c: Construction, *, shaded: tuple[str, str] | None = None, size: int 
             cx = px + math.cos(ang) * (r + w / 2)
             cy = py - math.sin(ang) * (r + h / 2)
             box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
-            score = 0.0
-            for b in placed:
-                ox = max(0.0, min(box[2], b[2]) - max(box[0], b[0]))
-                oy = max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
-                score += 50.0 * ox * oy / (w * h)
-            score += 20.0 * _inside(pt_px, box, 6) + 1.0 * _inside(line_px, box, 2)
-            out = max(0.0, -box[0]) + max(0.0, -box[1]) + max(0.0, box[2] - size) + max(
-                0.0, box[3] - size)
-            score += 10.0 * out + 0.01 * j
+            score = _box_cost(box, placed, pt_px, line_px, size) + 0.01 * j
             if best_score is None or score < best_score:
                 best, best_score = box, score
         placed.append(best)
@@ -191,15 +198,7 @@ def render(c: Construction, *, shaded: tuple[str, str] | None = None, size: int 
             dist = rad + 0.6 * max(w, h)
             cx, cy = ccx + math.cos(ang) * dist, ccy - math.sin(ang) * dist
             box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
-            score = 0.0
-            for b in placed:
-                ox = max(0.0, min(box[2], b[2]) - max(box[0], b[0]))
-                oy = max(0.0, min(box[3], b[3]) - max(box[1], b[1]))
-                score += 50.0 * ox * oy / (w * h)
-            score += 20.0 * _inside(pt_px, box, 6) + 1.0 * _inside(line_px, box, 2)
-            out = max(0.0, -box[0]) + max(0.0, -box[1]) + max(0.0, box[2] - size) + max(
-                0.0, box[3] - size)
-            score += 10.0 * out + 0.001 * j
+            score = _box_cost(box, placed, pt_px, line_px, size) + 0.001 * j
             if best_score is None or score < best_score:
                 best, best_score = box, score
         placed.append(best)
