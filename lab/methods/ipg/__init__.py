@@ -28,6 +28,7 @@ from lab.methods.ipg.baselines import (
     activation_magnitude,
     activations,
     answer_logit_grad,
+    answer_logits,
     attribution_patching,
     gradient_x_activation,
     integrated_gradients,
@@ -36,7 +37,7 @@ from lab.methods.ipg.plant import ChainTask, PlantConfig, planted_neurons, train
 
 __all__ = [
     "METHODS", "Attribution", "ChainTask", "PlantConfig", "activation_magnitude",
-    "activations", "answer_logit_grad", "attribution_patching", "check_components",
+    "activations", "answer_logit_grad", "answer_logits", "attribution_patching", "check_components",
     "check_rewards", "component_mask", "gradient_x_activation", "integrated_gradients",
     "integrated_policy_gradient", "integration_points", "outcome", "planted_neurons",
     "policy_gradient", "precision_at_k", "sample", "set_scale", "top_components",

@@ -78,9 +78,15 @@ def answer_logit_grad(model: Transformer, seqs, index, target, scale) -> np.ndar
     """Mean over rows of ``d logit[target] / d s`` ``[L, F]`` at the logits of position
     ``index`` (the one that predicts the answer) of ``seqs``, at scale ``[L, F]``."""
     seqs, index, target, other = _answer_args(seqs, index, target)
-    s = jnp.asarray(scale, jnp.float32)[:, None, None, :]
-    g = _logit_grad_jit(*_split(model), s, seqs, index, target, other)
-    return np.asarray(g[:, 0, 0]) / seqs.shape[0]
+    g = _logit_grad_jit(*_split(model), _per_position(scale, seqs.shape), seqs, index, target,
+                        other)
+    return np.asarray(g).sum(axis=(1, 2)) / seqs.shape[0]
+
+
+def _per_position(scale, seq_shape):
+    """``[L, F]`` -> ``[L, B, T, F]`` (one compiled program for every scale hook here)."""
+    s = jnp.asarray(scale, jnp.float32)
+    return jnp.broadcast_to(s[:, None, None, :], (s.shape[0], *seq_shape, s.shape[1]))
 
 
 def gradient_x_activation(model: Transformer, seqs, index, target) -> np.ndarray:
@@ -126,3 +132,18 @@ def attribution_patching(model: Transformer, clean, corrupt, index, clean_target
     nz = np.abs(a_clean) > 0
     ratio = np.where(nz, a_corr / np.where(nz, a_clean, 1.0) - 1.0, 0.0)
     return (ratio * g).sum(axis=2).mean(axis=1)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _logits_at_jit(graphdef, state, scale, seqs, index):
+    model = nnx.merge(graphdef, state)
+    logits = model(seqs, neuron_scale=scale)
+    return jnp.take_along_axis(logits, index[:, None, None], axis=1)[:, 0]
+
+
+def answer_logits(model: Transformer, seqs, index, scale) -> np.ndarray:
+    """Logits ``[B, V]`` at position ``index`` of the fixed ``seqs`` (teacher forcing)
+    under the neuron scale ``[L, F]``: what the answer step alone does under an ablation."""
+    seqs, index, _, _ = _answer_args(seqs, index, 0)
+    return np.asarray(_logits_at_jit(*_split(model), _per_position(scale, seqs.shape), seqs,
+                                     index))
