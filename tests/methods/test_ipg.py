@@ -141,7 +141,7 @@ def _hand_set(planted=2, loud=0):
     gu[0, :, loud] = 5.0
     blk.mlp.gate_up.kernel[...] = jnp.asarray(gu)
     down = np.zeros((4, 4), np.float32)
-    down[planted, 1] = 2.0
+    down[planted, 1] = 0.3  # J(alpha) rises smoothly: a 6-point rule integrates it
     blk.mlp.down.kernel[...] = jnp.asarray(down)
     head = np.zeros((4, 3), np.float32)
     head[1, A] = 3.0
@@ -165,18 +165,26 @@ def test_ipg_recovers_the_planted_neuron_where_activation_magnitude_does_not():
     assert ipg.top_components(acts, 1).tolist() == [[0, 0]]     # the loud, inert neuron
     assert ipg.precision_at_k(att.scores, [[0, 2]], 1) == 1.0
     assert ipg.precision_at_k(acts, [[0, 2]], 1) == 0.0
-    # completeness: the attributions sum to J(1) - J(0), measured by sampling
-    kw = dict(max_new_tokens=2, temperature=1.0)
-    j = [ipg.outcome(model, np.zeros((4096, 2), np.int32), reward, np.full((1, 4), v), seed=9,
-                     **kw) for v in (0.0, 1.0)]
-    assert abs(att.scores.sum() - (j[1] - j[0])) < 0.05, (att.scores.sum(), j)
+    # completeness: the attributions sum to J(1) - J(0) (here enumerable: 9 outcomes)
+    outs = np.array(list(itertools.product(range(3), repeat=2)), np.int32)
+    seqs = jnp.asarray(np.concatenate([np.zeros((9, 2), np.int32), outs], 1)[:, :-1])
+    r = jnp.asarray(reward(None, outs))
+
+    def expected(s):
+        logp = jax.nn.log_softmax(model(seqs, neuron_scale=s[:, None, None]), -1)[:, 1:]
+        return jnp.sum(jnp.exp(jnp.take_along_axis(logp, jnp.asarray(outs)[..., None],
+                                                   -1)[..., 0].sum(1)) * r)
+
+    delta = float(expected(jnp.ones((1, 4))) - expected(jnp.zeros((1, 4))))
+    assert delta > 0.8
+    assert abs(att.scores.sum() - delta) < 0.08, (att.scores.sum(), delta)
     # ablating the recovered neuron removes the behaviour; ablating the loud one does not
-    kw["seed"] = 3
-    p = np.zeros((2048, 2), np.int32)
+    kw = dict(max_new_tokens=2, temperature=1.0, seed=3)
+    p = np.zeros((1024, 2), np.int32)
     on = ipg.outcome(model, p, reward, **kw)
-    assert on - ipg.outcome(model, p, reward, ipg.set_scale((1, 4), [[0, 2]], 0.0), **kw) > 0.3
+    assert on - ipg.outcome(model, p, reward, ipg.set_scale((1, 4), [[0, 2]], 0.0), **kw) > 0.6
     assert abs(on - ipg.outcome(model, p, reward, ipg.set_scale((1, 4), [[0, 0]], 0.0),
-                                **kw)) < 0.05
+                                **kw)) < 0.06
 
 
 def test_attribution_patching_and_gradients_on_the_hand_set_model():
