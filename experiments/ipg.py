@@ -227,6 +227,13 @@ def run(config, workdir: str) -> dict:
                          "ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
                          "amplified_change": amp - clean,
                          "top": top.tolist()}
+    # The planted neurons IPG left out of its top-k, ablated alone: does the trained model
+    # use them at all? (The plant ablates the whole set in training; a model may come to
+    # rely on part of it.)
+    found = {tuple(t) for t in methods["ipg"]["top"]}
+    missed = np.array([p for p in planted.tolist() if tuple(p) not in found], np.int64)
+    plant["missed_by_ipg"] = missed.tolist()
+    plant["missed_ablated"] = acc(ipg.set_scale(shape, missed, 0.0)) if missed.size else None
     chance = k / (shape[0] * shape[1])
     measured = {
         "methods": methods, "plant": plant, "majority": majority,
@@ -269,6 +276,9 @@ def _report(results) -> str:
                  {"model": "planted set ablated", "accuracy": p["planted_ablated"]},
                  *[{"model": f"random set {i} ablated", "accuracy": a}
                    for i, a in enumerate(p["random_ablated"])],
+                 *([{"model": f"only the planted neurons IPG missed {p['missed_by_ipg']} "
+                              "ablated", "accuracy": p["missed_ablated"]}]
+                   if p.get("missed_by_ipg") else []),
                  {"model": "majority answer (no context)", "accuracy": results["majority"]},
              ]), "\n",
              f"Completeness: sum of IPG = {results['completeness']['sum']:.3f}, "
