@@ -27,7 +27,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # the planted model (lab.methods.ipg.PlantConfig)
     c.plant = ml_collections.ConfigDict(dict(
         d_model=48, n_layers=2, n_heads=4, d_ff=64, plant_layer=0, n_planted=6,
-        p_planted=0.3, p_random=0.4, steps=600, batch=64, learning_rate=3e-3))
+        p_planted=0.3, p_random=0.4, steps=1200, batch=64, learning_rate=3e-3))
     c.n_eval = 512             # held-out prompts for accuracies (greedy)
     c.n_random_sets = 5        # random neuron sets ablated for the plant check
     c.ipg = ml_collections.ConfigDict(dict(

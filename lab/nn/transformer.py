@@ -409,6 +409,9 @@ class Transformer(nnx.Module):
                 raise ValueError(f"capture={name!r} is unknown; expected any of {CAPTURES}")
         if (tokens is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of tokens or inputs_embeds")
+        if neuron_scale is not None and len(neuron_scale) != c.n_layers:
+            raise ValueError(f"neuron_scale has {len(neuron_scale)} layers; expected "
+                             f"n_layers={c.n_layers} (one factor array per layer)")
         x = self.embed_tokens(tokens) if tokens is not None else inputs_embeds.astype(c.jnp_dtype)
         b, t, _ = x.shape
         if cache is None and t > c.max_len:
