@@ -39,7 +39,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # (n_eval = n_attr = ipg.n_prompts * ipg.samples: one compiled generation per mode)
     c.amplify = 2.0            # factor of the amplification of a method's top-k
     if preset == "test":
-        c.plant.update(steps=20, batch=16, d_model=16, d_ff=16, n_planted=3)
+        c.plant.update(steps=20, batch=16, d_model=16, n_layers=1, d_ff=16, n_planted=3)
         c.n_eval = 16
         c.n_random_sets = 2
         c.ipg.update(n_prompts=16, samples=1, steps=2)
