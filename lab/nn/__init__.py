@@ -3,6 +3,7 @@
 from lab.nn.cache import KVCache, LayerKV
 from lab.nn.config import TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.flops import VitDims, transformer_flops, vit_flops, vlm_flops
+from lab.nn.hooks import check_neuron_scale, scale_neurons
 from lab.nn.layers import (
                            Fused,
                            GeluMLP,
@@ -32,6 +33,6 @@ __all__ = [
     "KVCache", "LayerKV", "LayerNorm", "PatchMerger", "RMSNorm", "SwiGLU", "Transformer",
     "TransformerConfig", "VLMConfig", "VisionConfig", "VisionEncoder", "apply_rope",
     "axial_angles", "check_tokens", "choice_posterior", "fuse_qkv", "mrope_angles",
-    "rope_frequencies", "rope_index", "split_qkv",
+    "rope_frequencies", "rope_index", "scale_neurons", "check_neuron_scale", "split_qkv",
     "VitDims", "transformer_flops", "vit_flops", "vlm_flops",
 ]

@@ -150,6 +150,16 @@ class SwiGLU(nnx.Module):
         gu = self.gate_up(x.reshape(-1, shape[-1]))                  # [N, 2, F]
         return self.down(jax.nn.silu(gu[:, 0]) * gu[:, 1]).reshape(*shape[:-1], -1)
 
+    def neurons(self, x: jax.Array) -> jax.Array:
+        """The neurons' activations ``silu(gate(x)) * up(x)`` ``[..., F]`` (what ``down``
+        reads; :meth:`__call__` is ``project(neurons(x))``)."""
+        gu = self.gate_up(x.reshape(-1, x.shape[-1]))
+        return (jax.nn.silu(gu[:, 0]) * gu[:, 1]).reshape(*x.shape[:-1], -1)
+
+    def project(self, h: jax.Array) -> jax.Array:
+        """``down(h)`` of activations ``h [..., F]`` -> ``[..., D]``."""
+        return self.down(h.reshape(-1, h.shape[-1])).reshape(*h.shape[:-1], -1)
+
 
 class GeluMLP(nnx.Module):
     """``fc2(gelu(fc1(x)))`` with biases: a ViT's MLP (Qwen3-VL's ``Qwen3VLVisionMLP``);
@@ -166,6 +176,14 @@ class GeluMLP(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.fc2(jax.nn.gelu(self.fc1(x), approximate=self.approximate))
+
+    def neurons(self, x: jax.Array) -> jax.Array:
+        """The neurons' activations ``gelu(fc1(x))`` ``[..., F]`` (what ``fc2`` reads)."""
+        return jax.nn.gelu(self.fc1(x), approximate=self.approximate)
+
+    def project(self, h: jax.Array) -> jax.Array:
+        """``fc2(h)`` of activations ``h [..., F]``."""
+        return self.fc2(h)
 
 
 def causal_smear(x: jax.Array, positions: jax.Array, weights: jax.Array,

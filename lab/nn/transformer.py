@@ -42,7 +42,7 @@ from lab.nn.layers import (
     rotate,
 )
 
-CAPTURES = ("hidden", "attn", "attn_colsum", "queries")
+CAPTURES = ("hidden", "attn", "attn_colsum", "queries", "mlp")
 # Initial q/k smear weight. Not 0: the query-key match through the smear is a
 # product of the two weights, whose gradient vanishes at 0 (a saddle); docs/zoo.md
 # has the measurement on token MQAR.
@@ -60,12 +60,15 @@ class Intermediates(NamedTuple):
     attn_colsum: ``[L, B, H, S]`` their sums over the queries.
     queries:     ``[L, B, H, T, hd]`` the queries after smear, q-norm and RoPE (what
                  SnapKV/TOVA/PRKV score the cache with).
+    mlp:         ``[L, B, T, F]`` the MLP neurons' activations as the down projection
+                 reads them (after ``neuron_scale``).
     """
 
     hidden: jax.Array | None = None
     attn: jax.Array | None = None
     attn_colsum: jax.Array | None = None
     queries: jax.Array | None = None
+    mlp: jax.Array | None = None
 
 
 def check_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
@@ -225,7 +228,8 @@ class Block(nnx.Module):
 
     def __call__(self, x: jax.Array, *, positions: jax.Array, key_positions=None,
                  cache: LayerKV | None = None, slot=None, mask=None, bias=None,
-                 capture: Sequence[str] = (), fresh: bool = False, rope=None):
+                 capture: Sequence[str] = (), fresh: bool = False, rope=None,
+                 neuron_scale=None):
         """Runs the block on ``x [B, T, D]``.
 
         Args:
@@ -246,11 +250,14 @@ class Block(nnx.Module):
             values are still written.
           rope: ``[B, T, hd/2]`` rotary angles replacing the 1-D RoPE of ``positions``
             (which still give the mask and the cache's stored positions).
+          neuron_scale: multiplies the MLP neurons' activations, broadcastable to
+            ``[B, T, F]`` (None = the plain MLP, unchanged).
 
         Returns:
-          ``(x [B, T, D], cache or None, {"attn", "attn_colsum", "queries"})``: the
-          captured entries are ``[B, H, T, S]``, ``[B, H, S]`` and ``[B, H, T, hd]``
-          (queries after smear, q-norm and RoPE), None unless asked.
+          ``(x [B, T, D], cache or None, {"attn", "attn_colsum", "queries", "mlp"})``:
+          the captured entries are ``[B, H, T, S]``, ``[B, H, S]``, ``[B, H, T, hd]``
+          (queries after smear, q-norm and RoPE) and ``[B, T, F]`` (the neurons'
+          activations after ``neuron_scale``), None unless asked.
         """
         c = self.config
         kpos = positions if key_positions is None else key_positions
@@ -285,9 +292,17 @@ class Block(nnx.Module):
         out, cs, p = self.attn.attend(q, k, v, allowed, bias, probs="attn" in capture,
                                       colsum="attn_colsum" in capture, causal=index_causal)
         x = x + out
-        x = x + self.mlp(self.mlp_norm(x))
+        act = None
+        if neuron_scale is None and "mlp" not in capture:
+            x = x + self.mlp(self.mlp_norm(x))
+        else:
+            act = self.mlp.neurons(self.mlp_norm(x))
+            if neuron_scale is not None:
+                act = act * jnp.asarray(neuron_scale).astype(act.dtype)
+            x = x + self.mlp.project(act)
         return x, cache, {"attn": p, "attn_colsum": cs,
-                          "queries": q if "queries" in capture else None}
+                          "queries": q if "queries" in capture else None,
+                          "mlp": act if "mlp" in capture else None}
 
 
 class Transformer(nnx.Module):
@@ -320,22 +335,26 @@ class Transformer(nnx.Module):
 
     def blocks(self, x: jax.Array, *, positions: jax.Array, key_positions=None, caches=None,
                slot=None, mask=None, bias=None, capture: Sequence[str] = (),
-               fresh: bool = False, rope=None, deepstack=None):
+               fresh: bool = False, rope=None, deepstack=None, neuron_scale=None):
         """Runs every :class:`Block` on the residual stream ``x [B, T, D]``.
 
         ``caches``: one :class:`LayerKV` per layer (or None), written at ``slot [B]``.
         ``rope [B, T, hd/2]``: rotary angles for every block (default: from ``positions``).
         ``deepstack [K, B, T, D]``: added to the residual stream after block ``k < K``
         (DeepStack's visual features, zero at text tokens).
+        ``neuron_scale``: per layer, a factor on the MLP neurons' activations: an array
+        whose entry ``[i]`` broadcasts to ``[B, T, F]`` (``[L, F]``, ``[L, B, 1, F]``,
+        ...), or a sequence of such arrays / None per layer; None = unchanged.
         Returns ``(x, caches or None, Intermediates)`` (see :meth:`__call__` for the
         other arguments; ``capture`` may also hold ``"hidden"``).
         """
-        hidden, out = [x], {"attn": [], "attn_colsum": [], "queries": []}
+        hidden, out = [x], {"attn": [], "attn_colsum": [], "queries": [], "mlp": []}
         new = []
         for i, layer in enumerate(self.layers):
             x, lc, got = layer(x, positions=positions, key_positions=key_positions,
                                cache=None if caches is None else caches[i], slot=slot,
-                               mask=mask, bias=bias, capture=capture, fresh=fresh, rope=rope)
+                               mask=mask, bias=bias, capture=capture, fresh=fresh, rope=rope,
+                               neuron_scale=None if neuron_scale is None else neuron_scale[i])
             if deepstack is not None and i < deepstack.shape[0]:
                 x = x + deepstack[i].astype(x.dtype)
             new.append(lc)
@@ -351,7 +370,8 @@ class Transformer(nnx.Module):
                  positions: jax.Array | None = None, mask: jax.Array | None = None,
                  bias: jax.Array | None = None, capture: Sequence[str] = (),
                  cache: KVCache | None = None, fresh: bool = False,
-                 rope_positions: jax.Array | None = None, deepstack: jax.Array | None = None):
+                 rope_positions: jax.Array | None = None, deepstack: jax.Array | None = None,
+                 neuron_scale=None):
         """Runs the model.
 
         Args:
@@ -373,6 +393,9 @@ class Transformer(nnx.Module):
             Default: every row equal to ``positions`` (the plain RoPE).
           deepstack: ``[K, B, T, D]`` added to the residual stream after each of the
             first ``K`` blocks (Qwen3-VL's DeepStack visual features).
+          neuron_scale: a factor on each layer's MLP neuron activations (see
+            :meth:`blocks`; :func:`lab.nn.scale_neurons` folds a fixed one into the
+            weights for :mod:`lab.infer`). None: the model as it is.
 
         Returns:
           ``logits [B, T, V]`` (float32); ``(logits, Intermediates)`` when
@@ -386,6 +409,9 @@ class Transformer(nnx.Module):
                 raise ValueError(f"capture={name!r} is unknown; expected any of {CAPTURES}")
         if (tokens is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of tokens or inputs_embeds")
+        if neuron_scale is not None and len(neuron_scale) != c.n_layers:
+            raise ValueError(f"neuron_scale has {len(neuron_scale)} layers; expected "
+                             f"n_layers={c.n_layers} (one factor array per layer)")
         x = self.embed_tokens(tokens) if tokens is not None else inputs_embeds.astype(c.jnp_dtype)
         b, t, _ = x.shape
         if cache is None and t > c.max_len:
@@ -420,7 +446,8 @@ class Transformer(nnx.Module):
             x, positions=positions, key_positions=key_pos,
             caches=None if cache is None else cache.layers(),
             slot=None if cache is None else cache.length, mask=full_mask, bias=bias,
-            capture=capture, fresh=fresh and cache is not None, rope=rope, deepstack=deepstack)
+            capture=capture, fresh=fresh and cache is not None, rope=rope, deepstack=deepstack,
+            neuron_scale=neuron_scale)
         logits = self.unembed(x)
         if cache is not None:
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \

@@ -1,0 +1,314 @@
+"""IPG experiment: attribution of an outcome reward to MLP neurons on a model with a
+planted mechanism (a known neuron set gates the chain's first step, several tokens before
+the answer; :mod:`lab.methods.ipg.plant`).
+
+Methods, each ranking every MLP neuron of the model by ``|score|``:
+
+* ``ipg``: integrated policy gradient of the answer's correctness over trajectories
+  sampled at temperature 1 (Gauss-Legendre rule), and ``ipg_riemann`` (the Riemann rule of
+  ``config.riemann_method`` at the same steps);
+* ``activation``: mean activation magnitude; ``grad_x_act``: gradient x activation of the
+  answer logit; ``integrated_gradients``: IG of the answer logit on the same scale path;
+  ``attribution_patching``: AtP of the clean-minus-corrupt answer logit difference,
+  corrupting the gated operand ``x2``. These read the model's own greedy chain.
+* ``random``: the expected precision of a random ranking (chance).
+
+Per method: precision@k (k = the planted set's size) and the greedy accuracy after its
+top-k neurons are ablated (scale 0) or amplified (``config.amplify``).
+
+  python -m experiments.ipg --config=configs/ipg.py:default --workdir=/tmp/ipg
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from configs.ipg import get_config
+from lab import launch, outputs
+from lab.config import check
+from lab.methods import ipg
+from lab.methods.ipg.plant import EOS
+
+METHODS = ("ipg", "ipg_riemann", "activation", "grad_x_act", "integrated_gradients",
+           "attribution_patching")
+ANSWER_LOGIT = ("activation", "grad_x_act", "integrated_gradients", "attribution_patching")
+
+# Rules of the claims and the regime (fixed before the default run).
+PRECISION_MIN = 0.5        # IPG localises: at least half its top-k are planted
+PRECISION_MARGIN = 0.25    # IPG above the best answer-logit baseline by this much
+ABLATION_DROP = 0.3        # ablating IPG's top-k lowers accuracy by at least this
+ABLATION_MARGIN = 0.1      # ... and by this much more than any baseline's top-k
+COMPLETENESS_TOL = 0.15    # |sum IPG - (J(1) - J(0))| at most this
+PLANT_DROP = 0.5           # regime: ablating the planted set costs this much accuracy
+RANDOM_DROP_MAX = 0.1      # regime: no random set of as many neurons costs more than this
+TASK_MIN = 0.9             # regime: the model solves the task
+REWARD_RANGE = (0.05, 0.95)  # regime: the sampled reward is not constant
+CHANCE_TOL = 0.1           # regime: the majority answer stays within this of chance
+MEDIATED_MIN = 0.9         # regime: with the chain given, the answer survives the ablation
+
+
+def _checks():
+    return {
+        "ipg.steps": (lambda v: v >= 1, "an int >= 1"),
+        "ipg.samples": (lambda v: v >= 1, "an int >= 1"),
+        "ipg.method": (lambda v: v in ipg.METHODS, f"one of {ipg.METHODS}"),
+        "riemann_method": (lambda v: v in ipg.METHODS, f"one of {ipg.METHODS}"),
+        "ipg.temperature": (lambda v: v > 0, "> 0"),
+        "ipg.n_prompts": (lambda v: v >= 2, "an int >= 2"),
+        "plant.plant_layer": (lambda v: v >= 0, "a layer index >= 0"),
+        "n_eval": (lambda v: v >= 1, "an int >= 1"),
+        "ig_steps": (lambda v: v >= 1, "an int >= 1"),
+    }
+
+
+def check_config(config):
+    """Validates ``config`` against its preset; raises ValueError naming the key."""
+    check(config, get_config, _checks())
+    p = config.plant
+    if p.plant_layer >= p.n_layers:
+        raise ValueError(f"config.plant.plant_layer={p.plant_layer} is invalid; expected a "
+                         f"layer in [0, {p.n_layers})")
+    if not 1 <= p.n_planted < p.d_ff:
+        raise ValueError(f"config.plant.n_planted={p.n_planted} is invalid; expected in "
+                         f"[1, {p.d_ff})")
+    return config
+
+
+def claim_rules(m: dict) -> list[dict]:
+    """The claims, decided on the measured ``m`` (``m["methods"][name]`` with
+    ``precision``, ``ablated_drop``; ``m["completeness"]`` with ``sum`` and ``delta``)."""
+    meth = m["methods"]
+    p_ipg = meth["ipg"]["precision"]
+    best_base = max(ANSWER_LOGIT, key=lambda n: meth[n]["precision"])
+    drop = meth["ipg"]["ablated_drop"]
+    best_drop = max(ANSWER_LOGIT, key=lambda n: meth[n]["ablated_drop"])
+    gap = abs(m["completeness"]["sum"] - m["completeness"]["delta"])
+    return [
+        outputs.claim("IPG localises the components that control the outcome: precision@k "
+                      f"on the planted neurons >= {PRECISION_MIN}",
+                      "precision@k of ipg", p_ipg, p_ipg >= PRECISION_MIN),
+        outputs.claim("Baselines that read only the answer logit miss components whose "
+                      "effect is mediated by the trajectory: IPG's precision@k exceeds the "
+                      f"best of them by >= {PRECISION_MARGIN}",
+                      f"precision@k ipg - {best_base}",
+                      p_ipg - meth[best_base]["precision"],
+                      p_ipg - meth[best_base]["precision"] >= PRECISION_MARGIN),
+        outputs.claim("Ablating IPG's top-k components modulates the reasoning outcome: "
+                      f"accuracy falls by >= {ABLATION_DROP}",
+                      "accuracy drop, ipg top-k ablated", drop, drop >= ABLATION_DROP),
+        outputs.claim("IPG's top-k move the outcome more than any answer-logit baseline's "
+                      f"top-k (by >= {ABLATION_MARGIN} accuracy)",
+                      f"accuracy drop ipg - {best_drop}", drop - meth[best_drop]["ablated_drop"],
+                      drop - meth[best_drop]["ablated_drop"] >= ABLATION_MARGIN),
+        outputs.claim("Path integration makes the attributions complete: they sum to the "
+                      f"reward difference J(1) - J(0) within {COMPLETENESS_TOL}",
+                      "|sum ipg - (J(1) - J(0))|", gap, gap <= COMPLETENESS_TOL),
+    ]
+
+
+def regime_rules(m: dict) -> list[dict]:
+    """The regime checks on the measured ``m`` (``plant``: accuracies; ``reward_mean``;
+    ``majority``, ``chance``; ``mediated``)."""
+    p = m["plant"]
+    drop = p["clean"] - p["planted_ablated"]
+    rdrop = p["clean"] - min(p["random_ablated"])
+    lo, hi = REWARD_RANGE
+    return [
+        outputs.regime(f"the plant holds: ablating the planted set costs >= {PLANT_DROP} "
+                       "accuracy", drop, drop >= PLANT_DROP),
+        outputs.regime(f"random sets of as many neurons cost <= {RANDOM_DROP_MAX} accuracy "
+                       "(worst set)", rdrop, rdrop <= RANDOM_DROP_MAX),
+        outputs.regime(f"the model solves the task (greedy accuracy >= {TASK_MIN})",
+                       p["clean"], p["clean"] >= TASK_MIN),
+        outputs.regime(f"the sampled reward is neither always 0 nor always 1 (mean over "
+                       f"IPG's samples in [{lo}, {hi}])", m["reward_mean"],
+                       lo <= m["reward_mean"] <= hi),
+        outputs.regime(f"no shortcut: the majority answer is within {CHANCE_TOL} of chance",
+                       m["majority"], m["majority"] <= m["chance"] + CHANCE_TOL),
+        outputs.regime("the planted effect is mediated by the trajectory: with the clean "
+                       f"chain given, the answer survives the planted ablation (>= "
+                       f"{MEDIATED_MIN})", m["mediated"], m["mediated"] >= MEDIATED_MIN),
+    ]
+
+
+def _random_sets(rng, shape, k, n):
+    total = shape[0] * shape[1]
+    out = []
+    for _ in range(n):
+        flat = rng.choice(total, k, replace=False)
+        out.append(np.stack([flat // shape[1], flat % shape[1]], axis=1))
+    return out
+
+
+def run(config, workdir: str) -> dict:
+    """Trains the planted model, attributes with every method, ablates / amplifies their
+    top-k; writes results.json, report.md and a plot; returns the results."""
+    check_config(config)
+    t0 = time.time()
+    task = ipg.ChainTask(**config.task)
+    pc = ipg.PlantConfig(seed=config.seed, **config.plant)
+    model = ipg.train_planted(task, pc)
+    timing = {"train_s": time.time() - t0}
+    planted = ipg.planted_neurons(pc)
+    shape, k = (pc.n_layers, pc.d_ff), pc.n_planted
+    gen = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
+
+    xs = task.operands(config.n_eval, config.seed + 1)
+    prompts = task.prompts(xs)
+
+    def reward(sel_xs):
+        return lambda rows, comp: task.rewards(sel_xs[rows], comp)
+
+    def acc(scale=None):
+        return ipg.outcome(model, prompts, reward(xs), scale, **gen)
+
+    clean = acc()
+    rng = np.random.default_rng([config.seed, 5])
+    plant = {"clean": clean, "planted_ablated": acc(ipg.set_scale(shape, planted, 0.0)),
+             "random_ablated": [acc(ipg.set_scale(shape, s, 0.0))
+                                for s in _random_sets(rng, shape, k, config.n_random_sets)]}
+    answers = task.answers(xs)
+    majority = float(np.max(np.bincount(answers, minlength=task.modulus)) / answers.size)
+
+    # IPG on sampled trajectories.
+    t1 = time.time()
+    c = config.ipg
+    ixs = task.operands(c.n_prompts, config.seed + 2)
+    common = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,), steps=c.steps,
+                  baseline=c.baseline, temperature=c.temperature, samples=c.samples,
+                  seed=config.seed)
+    att = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
+                                         method=c.method, **common)
+    timing["ipg_s"] = time.time() - t1
+    att_r = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
+                                           method=config.riemann_method, **common)
+    s_t = dict(temperature=c.temperature, seed=config.seed + 7, **gen)
+    rxs = np.repeat(ixs, c.samples, axis=0)              # J at the path's ends, as sampled
+    j1 = ipg.outcome(model, task.prompts(rxs), reward(rxs), None, **s_t)
+    j0 = ipg.outcome(model, task.prompts(rxs), reward(rxs),
+                     np.full(shape, c.baseline, np.float32), **s_t)
+
+    # Answer-logit baselines on the model's own greedy chains.
+    t2 = time.time()
+    axs = task.operands(config.n_attr, config.seed + 3)
+    ap = task.prompts(axs)
+    comp, _ = ipg.sample(model, ap, np.ones(shape), temperature=0.0, seed=0, **gen)
+    seqs = np.concatenate([ap, comp], axis=1)[:, :-1]
+    index = task.prompt_len + task.answer_index - 1     # logits that predict the answer
+    target = comp[:, task.answer_index]
+    cxs = axs.copy()
+    cxs[:, 1] = (cxs[:, 1] + rng.integers(1, task.modulus, len(cxs))) % task.modulus
+    ccomp, _ = ipg.sample(model, task.prompts(cxs), np.ones(shape), temperature=0.0, seed=0,
+                          **gen)
+    cseqs = np.concatenate([task.prompts(cxs), ccomp], axis=1)[:, :-1]
+    scores = {
+        "ipg": att.scores, "ipg_riemann": att_r.scores,
+        "activation": ipg.activation_magnitude(model, seqs),
+        "grad_x_act": ipg.gradient_x_activation(model, seqs, index, target),
+        "integrated_gradients": ipg.integrated_gradients(model, seqs, index, target,
+                                                         steps=config.ig_steps,
+                                                         baseline=c.baseline),
+        "attribution_patching": ipg.attribution_patching(model, seqs, cseqs, index, target,
+                                                         ccomp[:, task.answer_index]),
+    }
+    timing["baselines_s"] = time.time() - t2
+    # With the clean chain given (teacher forcing), does the answer need the planted set?
+    g = ipg.answer_logits(model, seqs, index, ipg.set_scale(shape, planted, 0.0))
+    mediated = float(np.mean(np.argmax(g, axis=-1) == target))
+
+    methods = {}
+    for name in METHODS:
+        top = ipg.top_components(scores[name], k)
+        abl, amp = acc(ipg.set_scale(shape, top, 0.0)), acc(ipg.set_scale(shape, top,
+                                                                          config.amplify))
+        methods[name] = {"precision": ipg.precision_at_k(scores[name], planted, k),
+                         "ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
+                         "amplified_change": amp - clean,
+                         "top": top.tolist()}
+    # The planted neurons IPG left out of its top-k, ablated alone: does the trained model
+    # use them at all? (The plant ablates the whole set in training; a model may come to
+    # rely on part of it.)
+    found = {tuple(t) for t in methods["ipg"]["top"]}
+    missed = np.array([p for p in planted.tolist() if tuple(p) not in found], np.int64)
+    plant["missed_by_ipg"] = missed.tolist()
+    plant["missed_ablated"] = acc(ipg.set_scale(shape, missed, 0.0)) if missed.size else None
+    chance = k / (shape[0] * shape[1])
+    measured = {
+        "methods": methods, "plant": plant, "majority": majority,
+        "chance": 1.0 / task.modulus, "mediated": mediated,
+        "reward_mean": float(np.mean(np.concatenate([att.rewards, att_r.rewards]))),
+        "completeness": {"sum": float(att.scores.sum()), "delta": j1 - j0, "j1": j1, "j0": j0},
+        "random_precision": chance,
+    }
+    timing["total_s"] = time.time() - t0
+    results = dict(measured, claims=claim_rules(measured), regime=regime_rules(measured),
+                   planted=planted.tolist(), k=k, path_rewards=att.rewards.tolist(),
+                   path_alphas=att.alphas.tolist(), timing=timing)
+    report = _report(results)
+    plots = [_plot(results, scores, planted, workdir)]
+    return outputs.write_outputs(workdir, name="ipg", config=config, results=results,
+                                 report=report, plots=plots)
+
+
+def main_table(results) -> list[dict]:
+    """One row per attribution method (and chance): precision@k, accuracy after ablating
+    and after amplifying its top-k, and the changes from the unablated accuracy."""
+    rows = []
+    for name, m in results["methods"].items():
+        rows.append({"method": name, "precision@k": m["precision"],
+                     "acc ablated": m["ablated"], "drop": m["ablated_drop"],
+                     "acc amplified": m["amplified"], "change": m["amplified_change"]})
+    rows.append({"method": "random ranking (chance)", "precision@k": results["random_precision"],
+                 "acc ablated": None, "drop": None, "acc amplified": None, "change": None})
+    return rows
+
+
+def _report(results) -> str:
+    p = results["plant"]
+    k = results["k"]
+    lines = [f"## Attribution (k = {k} planted neurons)\n",
+             outputs.markdown_table(main_table(results)), "\n",
+             "## Plant\n",
+             outputs.markdown_table([
+                 {"model": "unablated", "accuracy": p["clean"]},
+                 {"model": "planted set ablated", "accuracy": p["planted_ablated"]},
+                 *[{"model": f"random set {i} ablated", "accuracy": a}
+                   for i, a in enumerate(p["random_ablated"])],
+                 *([{"model": f"only the planted neurons IPG missed {p['missed_by_ipg']} "
+                              "ablated", "accuracy": p["missed_ablated"]}]
+                   if p.get("missed_by_ipg") else []),
+                 {"model": "majority answer (no context)", "accuracy": results["majority"]},
+             ]), "\n",
+             f"Completeness: sum of IPG = {results['completeness']['sum']:.3f}, "
+             f"J(1) - J(0) = {results['completeness']['delta']:.3f}. "
+             f"Timing: {', '.join(f'{n} {v:.1f}' for n, v in results['timing'].items())}.\n"]
+    return "\n".join(lines)
+
+
+def _plot(results, scores, planted, workdir) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(scores)
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(3 * (len(names) + 1), 2.8))
+    axes[0].plot(results["path_alphas"], results["path_rewards"], "o-")
+    axes[0].set(title="IPG path: mean reward", xlabel="scale alpha", ylim=(-0.05, 1.05))
+    for ax, name in zip(axes[1:], names, strict=True):
+        s = np.abs(np.asarray(scores[name])).ravel()
+        s = s / (s.max() or 1.0)
+        is_p = np.zeros(s.size, bool)
+        is_p[planted[:, 0] * np.asarray(scores[name]).shape[1] + planted[:, 1]] = True
+        ax.bar(np.nonzero(~is_p)[0], s[~is_p], color="0.6", width=1.0)
+        ax.bar(np.nonzero(is_p)[0], s[is_p], color="C3", width=1.0, label="planted")
+        ax.set(title=name, xlabel="neuron (layer * d_ff + j)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return outputs.save_figure(fig, workdir, "ipg.png")
+
+
+if __name__ == "__main__":
+    launch.main(run)

@@ -1,0 +1,93 @@
+"""The IPG experiment end to end at the ``test`` preset, and its claim and regime rules on
+fabricated results (each rule seen holding and failing)."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from configs.ipg import get_config
+from experiments import ipg as exp
+
+
+def test_ipg_runs_end_to_end_at_the_test_preset(tmp_path):
+    results = exp.run(get_config("test"), str(tmp_path))
+    for name in ("config.json", "results.json", "report.md", "ipg.png"):
+        assert os.path.exists(tmp_path / name), name
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 5
+    assert results["claims"] == exp.claim_rules(results)
+    assert results["regime"] == exp.regime_rules(results) and len(results["regime"]) == 6
+    assert set(results["methods"]) == set(exp.METHODS)
+    for name, m in results["methods"].items():
+        assert 0.0 <= m["precision"] <= 1.0 and 0.0 <= m["ablated"] <= 1.0, name
+        assert len(m["top"]) == results["k"]
+    rows = exp.main_table(results)
+    assert [r["method"] for r in rows][:len(exp.METHODS)] == list(exp.METHODS)
+    assert "| ipg |" in (tmp_path / "report.md").read_text()
+
+
+def _fabricated(p_ipg=0.8, p_base=0.2, drop_ipg=0.7, drop_base=0.3, ipg_sum=0.85,
+                delta=0.9, clean=1.0, planted=0.2, random=(1.0, 0.98), reward=0.5,
+                majority=0.21, mediated=0.99):
+    """Measured numbers where every claim and regime check holds at the defaults."""
+    methods = {n: {"precision": p_base, "ablated_drop": drop_base} for n in exp.ANSWER_LOGIT}
+    methods["ipg"] = {"precision": p_ipg, "ablated_drop": drop_ipg}
+    methods["ipg_riemann"] = dict(methods["ipg"])
+    return {"methods": methods, "completeness": {"sum": ipg_sum, "delta": delta},
+            "plant": {"clean": clean, "planted_ablated": planted,
+                      "random_ablated": list(random)},
+            "reward_mean": reward, "majority": majority, "chance": 0.2, "mediated": mediated}
+
+
+def _holds(rules):
+    return [r["holds"] for r in rules]
+
+
+def test_claim_rules_hold_on_a_case_built_to_hold():
+    assert _holds(exp.claim_rules(_fabricated())) == [True] * 5
+
+
+@pytest.mark.parametrize("i, kwargs", [
+    (0, dict(p_ipg=0.4)),                       # IPG does not localise
+    (1, dict(p_base=0.7)),                      # a baseline localises as well
+    (2, dict(drop_ipg=0.2, drop_base=0.0)),     # ablating IPG's top-k changes little
+    (3, dict(drop_base=0.65)),                  # a baseline's top-k moves it as much
+    (4, dict(ipg_sum=0.5)),                     # attributions far from J(1) - J(0)
+])
+def test_each_claim_rule_fails_on_a_case_built_to_fail(i, kwargs):
+    held = _holds(exp.claim_rules(_fabricated(**kwargs)))
+    assert held[i] is False, held
+
+
+def test_the_best_baseline_decides_the_comparisons():
+    m = _fabricated()
+    m["methods"]["attribution_patching"] = {"precision": 0.7, "ablated_drop": 0.68}
+    held = _holds(exp.claim_rules(m))
+    assert held[1] is False and held[3] is False
+
+
+def test_regime_rules_hold_and_fail():
+    assert _holds(exp.regime_rules(_fabricated())) == [True] * 6
+    fails = [dict(planted=0.8), dict(random=(1.0, 0.7)), dict(clean=0.8, planted=0.1),
+             dict(reward=1.0), dict(majority=0.5), dict(mediated=0.5)]
+    for i, kwargs in enumerate(fails):
+        held = _holds(exp.regime_rules(_fabricated(**kwargs)))
+        assert held[i] is False, (i, kwargs, held)
+
+
+def test_bad_config_names_the_key():
+    c = get_config("test")
+    bad = copy.deepcopy(c)
+    bad.ipg.steps = 0
+    with pytest.raises(ValueError, match="config.ipg.steps=0"):
+        exp.check_config(bad)
+    bad = copy.deepcopy(c)
+    bad.plant.plant_layer = 7
+    with pytest.raises(ValueError, match="config.plant.plant_layer=7"):
+        exp.check_config(bad)
+    bad = copy.deepcopy(c)
+    bad.ipg.method = "simpson"
+    with pytest.raises(ValueError, match="config.ipg.method='simpson'"):
+        exp.check_config(bad)
