@@ -192,16 +192,20 @@ def regime_checks(table: dict, short: dict) -> list:
 
 
 def _fit(base, config, train, mode: str, *, k_stages, text_len: int, evaluate_at=None):
-    """Fine-tunes a copy of ``base`` (and a head) through ``k_stages``; returns the rows
-    of ``evaluate_at(model, head, k)`` after each stage and the loss history."""
+    """Fine-tunes a copy of ``base`` (and a head) through ``k_stages`` (``(latent steps,
+    chain steps dropped from the text)`` pairs), ``stage_steps * (steps + 1)`` updates in
+    all, split evenly; returns the rows of ``evaluate_at(model, head, k)`` after each
+    stage and the loss history."""
     model = nnx.clone(base)
     head = glr.TransitionHead(base.config.d_model, config.head_hidden, rngs=nnx.Rngs(config.seed))
     total = config.stage_steps * (config.steps + 1)
     per_stage = total // len(k_stages)
-    opt = glr.make_optimizer(model, head, config.learning_rate, total, config.warmup_steps)
     tok = zoo.load(config.model, progress=False)[1]
     rows, history = [], []
     for k, drop in k_stages:
+        # a fresh optimizer and schedule per stage, as Coconut resets its optimizer
+        opt = glr.make_optimizer(model, head, config.learning_rate, per_stage,
+                                 config.warmup_steps)
         data = glr.stage_data(tok, train["prompt"], train["completion"], drop, text_len,
                               n_anchors=config.steps)
         history += glr.train_stage(model, head, opt, data, k=k, max_k=config.steps, mode=mode,

@@ -30,32 +30,30 @@ def _prompts(n, steps=2, seed=0):
     return ds, np.array([TOK.encode(p, add_bos=True) for p in ds["prompt"]], np.int32)
 
 
-@pytest.mark.parametrize("mode", glr.MODES)
-def test_jitted_latent_loop_equals_the_stepwise_reference(mode):
+def test_jitted_latent_loop_equals_the_stepwise_reference():
     model, head = _tiny()
     _, ids = _prompts(3)
-    kw = dict(mode=mode, max_new_tokens=5, eos_id=TOK.eos_id, pad_id=TOK.pad_id)
     lengths = np.full(3, ids.shape[1])
-    before = glr._latent_jit._cache_size()
-    got = {b: glr.latent_generate(model, head, ids, lengths, latent_steps=b,
-                                  max_latent_steps=2, **kw) for b in (1, 2)}
-    # every budget up to max_latent_steps shares one compiled program
-    assert glr._latent_jit._cache_size() - before == 1
-    for b in (1, 2):
-        ref = glr.reference_generate(model, head, ids, latent_steps=b, **kw)
-        np.testing.assert_array_equal(np.asarray(got[b].tokens), np.asarray(ref.tokens))
-        np.testing.assert_array_equal(np.asarray(got[b].lengths), np.asarray(ref.lengths))
-        np.testing.assert_allclose(np.asarray(got[b].latents)[:, :b], np.asarray(ref.latents),
+    for mode in glr.MODES:
+        kw = dict(mode=mode, max_new_tokens=3, eos_id=TOK.eos_id, pad_id=TOK.pad_id)
+        before = glr._latent_jit._cache_size()
+        got = {b: glr.latent_generate(model, head, ids, lengths, latent_steps=b,
+                                      max_latent_steps=2, **kw) for b in (0, 2)}
+        # every budget up to max_latent_steps shares one compiled program
+        assert glr._latent_jit._cache_size() - before == 1
+        ref = glr.reference_generate(model, head, ids, latent_steps=2, **kw)
+        np.testing.assert_array_equal(np.asarray(got[2].tokens), np.asarray(ref.tokens))
+        np.testing.assert_array_equal(np.asarray(got[2].lengths), np.asarray(ref.lengths))
+        np.testing.assert_allclose(np.asarray(got[2].latents), np.asarray(ref.latents),
                                    atol=1e-4)
-    # per-row budgets: row i gets i latent steps, as its own scalar run
-    mixed = glr.latent_generate(model, head, ids, lengths, latent_steps=[0, 1, 2],
-                                max_latent_steps=2, **kw)
-    for i, b in enumerate((0, 1, 2)):
-        ref = got[b] if b else glr.latent_generate(model, head, ids, lengths, latent_steps=0,
-                                                   max_latent_steps=2, **kw)
-        np.testing.assert_array_equal(np.asarray(mixed.tokens)[i], np.asarray(ref.tokens)[i])
-    # the latents moved: GLR's head updates the point, Coconut feeds a hidden state
-    assert float(jnp.abs(got[2].latents[:, 1] - got[2].latents[:, 0]).max()) > 1e-3
+        # the latents moved (GLR's head updates the point, Coconut feeds a hidden state)
+        assert float(jnp.abs(got[2].latents[:, 1] - got[2].latents[:, 0]).max()) > 1e-3
+        # per-row budgets: each row as in its own scalar-budget run
+        mixed = glr.latent_generate(model, head, ids, lengths, latent_steps=[2, 0, 2],
+                                    max_latent_steps=2, **kw)
+        for i, b in enumerate((2, 0, 2)):
+            np.testing.assert_array_equal(np.asarray(mixed.tokens)[i],
+                                          np.asarray(got[b].tokens)[i])
 
 
 def test_continuation_drops_the_replaced_steps():
@@ -82,34 +80,28 @@ def test_stage_data_anchors_are_the_replaced_steps_tokens():
 
 def test_training_lowers_the_glr_and_coconut_losses():
     ds, _ = _prompts(64, seed=1)
-    data = glr.stage_data(TOK, ds["prompt"], ds["completion"], 1, 32, n_anchors=2)
+    data = glr.stage_data(TOK, ds["prompt"], ds["completion"], 1, 32, n_anchors=1)
     batch = {f: jnp.asarray(getattr(data, f)[:32]) for f in glr.StageData._fields}
     for mode in glr.MODES:
         model, head = _tiny(seed=2)
         head.out.kernel[...] = jnp.zeros_like(head.out.kernel[...])
-
-        def loss(mode=mode, model=model, head=head):
-            return float(glr.latent_loss(model, head, batch, k=1, max_k=2, mode=mode)[0])
-
-        before = loss()
-        opt = glr.make_optimizer(model, head, 1e-2, 40)
-        hist = glr.train_stage(model, head, opt, data, k=1, max_k=2, mode=mode, steps=40,
+        opt = glr.make_optimizer(model, head, 1e-2, 25, warmup=2)
+        hist = glr.train_stage(model, head, opt, data, k=1, max_k=1, mode=mode, steps=25,
                                batch_size=32, seed=0)
-        after = loss()
-        assert after < 0.8 * before, (mode, before, after)
-        assert hist[-1]["answer_loss"] < hist[0]["answer_loss"]
+        first = np.mean([h["loss"] for h in hist[:3]])
+        last = np.mean([h["loss"] for h in hist[-3:]])
+        assert last < 0.7 * first, (mode, first, last)
     # GLR's anchor term: a latent within the margin of its anchor costs nothing
     model, head = _tiny(seed=3)
     head.out.kernel[...] = jnp.zeros_like(head.out.kernel[...])
     a = glr.anchor_points(model, batch["anchors"][:, :1], batch["anchor_mask"][:, :1])
     z0 = model.embed(batch["prompt"])[:, -1]
     rel = jnp.linalg.norm(z0 - a[:, 0], axis=-1) / jnp.linalg.norm(a[:, 0], axis=-1)
-    _, parts = glr.latent_loss(model, head, batch, k=1, max_k=2, mode="glr", margin=0.0)
-    np.testing.assert_allclose(float(parts["anchor_loss"]), float(jnp.mean(rel ** 2)),
+    loss = nnx.jit(lambda m, h, b, margin: glr.latent_loss(m, h, b, k=1, max_k=1, mode="glr",
+                                                           margin=margin)[1]["anchor_loss"])
+    np.testing.assert_allclose(float(loss(model, head, batch, 0.0)), float(jnp.mean(rel ** 2)),
                                rtol=1e-4)
-    _, parts = glr.latent_loss(model, head, batch, k=1, max_k=2, mode="glr",
-                               margin=float(rel.max()) + 0.01)
-    assert float(parts["anchor_loss"]) == 0.0
+    assert float(loss(model, head, batch, float(rel.max()) + 0.01)) == 0.0
 
 
 def test_shortcut_rules_stay_near_chance():
@@ -117,8 +109,13 @@ def test_shortcut_rules_stay_near_chance():
 
     train = arithmetic(2048, 0, steps=3, digits=2)
     ev = arithmetic(512, 5, steps=3, digits=2)
-    for name, r in shortcuts(train, ev).items():
-        assert r["accuracy"] < 0.06, (name, r)
+    got = shortcuts(train, ev)
+    for name, r in got.items():
+        if name != "unsigned_sum":
+            assert r["accuracy"] < 0.03, (name, r)
+    # the unsigned sum is right exactly when every operator is "+": 1/8 of 3-step chains
+    all_plus = np.mean([o == "+++" for o in ev["ops"]])
+    assert abs(got["unsigned_sum"]["accuracy"] - all_plus) < 1e-9 and all_plus < 0.2
 
 
 def test_bad_input_gives_clear_errors():
