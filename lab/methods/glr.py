@@ -203,23 +203,26 @@ def _hidden_last(model, x):
     return inter.hidden[-1][:, -1], model.unembed(inter.hidden[-1][:, -1])
 
 
+_full_forward = nnx.jit(_hidden_last)
+
+
 def reference_generate(model, head, tokens, *, latent_steps: int, mode: str = "glr",
                        max_new_tokens: int, eos_id: int, pad_id: int = 0) -> LatentGeneration:
-    """The unjitted step-by-step reference of :func:`latent_generate` for equal-length
-    prompts ``tokens [B, T]``: every latent step and every token re-runs the whole
-    prefix without a cache."""
+    """The step-by-step reference of :func:`latent_generate` for equal-length prompts
+    ``tokens [B, T]``: a Python loop (no jitted loop, no cache) in which every latent
+    step and every token re-runs the whole prefix through the model's plain forward."""
     check_model(model, head, mode)
     latent_steps = check_budget(latent_steps)
     tokens = jnp.asarray(tokens, jnp.int32)
     x = model.embed(tokens)
     z = x[:, -1]
-    h, logits = _hidden_last(model, x)
+    h, logits = _full_forward(model, x)
     zs = []
     for _ in range(latent_steps):
         z = next_latent(model, head, h, z, mode)
         zs.append(z)
         x = jnp.concatenate([x, z[:, None]], axis=1)
-        h, logits = _hidden_last(model, x)
+        h, logits = _full_forward(model, x)
     b = tokens.shape[0]
     out = np.full((b, max_new_tokens), pad_id, np.int32)
     done = np.zeros(b, bool)
@@ -232,7 +235,7 @@ def reference_generate(model, head, tokens, *, latent_steps: int, mode: str = "g
         if done.all():
             break
         x = jnp.concatenate([x, model.embed(jnp.asarray(tok))[:, None]], axis=1)
-        h, logits = _hidden_last(model, x)
+        h, logits = _full_forward(model, x)
     latents = jnp.stack(zs, 1) if zs else jnp.zeros((b, 0, x.shape[-1]), x.dtype)
     return LatentGeneration(jnp.asarray(out), jnp.asarray(n), latents)
 
