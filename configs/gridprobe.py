@@ -28,13 +28,13 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.m_max = 0                  # 0 = K^2
     c.data = ml_collections.ConfigDict(dict(
         frames=16, size=32, distractors=(0, 4), question_types="lookup", n_train=2000,
-        n_eval=240,
+        n_eval=160,
     ))
     # the two VLM sizes (width, layers of both the ViT and the decoder)
     c.small = ml_collections.ConfigDict(dict(d_model=32, n_layers=1))
-    c.large = ml_collections.ConfigDict(dict(d_model=48, n_layers=2))
+    c.large = ml_collections.ConfigDict(dict(d_model=64, n_layers=2))
     c.train = ml_collections.ConfigDict(dict(
-        steps=1200, batch=32, learning_rate=3e-3, evidence_prob=0.6, slots="1,1,4,4,16",
+        steps=800, batch=32, learning_rate=3e-3, evidence_prob=0.6, slots="1,1,4,4,16",
     ))
     c.source = "auto"            # lab.zoo.bundle source: auto | shipped | cache | train
     if preset == "test":

@@ -191,7 +191,7 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
             sel_flops = {"monolithic": 0, "uniform": 0, "similarity": vision_cost[sel]}.get(
                 name, probe_cost[sel])
             preds[(pair, name)] = pred
-            rows.append({"pair": pair, "selector": name, "accuracy": acc, "se": acc and se,
+            rows.append({"pair": pair, "selector": name, "accuracy": acc, "se": se,
                          "frames": float(count.mean()),
                          "gflops": (qa_flops + sel_flops) / 1e9,
                          "oracle_accuracy": _acc(oracle(mask), a)[0]})

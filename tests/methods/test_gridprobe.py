@@ -143,6 +143,10 @@ def test_probes_on_a_tiny_vlm():
                                  video_grid_thw=grid)
     mine = gm.posteriors(model, videos[:1, :4], np.ones((1, 4), bool), q[:1], o[:1], chunk=1)
     assert np.allclose(np.asarray(ref), mine, atol=1e-5)
+    # the similarity baseline's frame embedding: the mean merged visual token of the frame
+    emb = gm.frame_embeddings(model, videos[:1], chunk=5)
+    tokens, _ = model.visual(gm.patchify(videos[0], cfg), np.array([[16, 4, 4]]))
+    assert np.allclose(np.asarray(tokens).reshape(16, 4, -1).mean(1), emb[0], atol=1e-5)
     with pytest.raises(ValueError, match="K=3 grid needs K\\^2=9"):
         gp.probe(model, videos, q, o, 3)
 

@@ -13,6 +13,7 @@ with random subsets, so a blank slot reads as "nothing shown". FLOPs are counted
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -136,16 +137,26 @@ def _posterior_rows(model, frames, questions, options):
     return np.asarray(jax.nn.softmax(sel, axis=-1))
 
 
-def frame_embeddings(model: VLM, videos: np.ndarray) -> np.ndarray:
+def frame_embeddings(model: VLM, videos: np.ndarray, *, chunk: int = 64) -> np.ndarray:
     """Mean merged visual token of each frame, ``[B, N, D]`` (the decoder-input space)."""
     b, n = videos.shape[:2]
     per = tokens_per_frame(model.config, videos.shape[2])
     g = videos.shape[2] // model.config.vision.patch_size
+    graphdef, state = nnx.split(model.visual)
+    flat = videos.reshape(b * n, *videos.shape[2:])
     out = []
-    for i in range(b):
-        feats, _ = model.visual(patchify(videos[i], model.config), np.array([[n, g, g]]))
-        out.append(np.asarray(feats).reshape(n, per, -1).mean(1))
-    return np.stack(out)
+    for lo in range(0, b * n, chunk):
+        part = flat[lo:lo + chunk]
+        pad = np.concatenate([part, np.zeros((chunk - len(part), *part.shape[1:]), part.dtype)])
+        feats = _visual_jit(graphdef, state, jnp.asarray(patchify(pad, model.config)),
+                            grid=((chunk, g, g),))
+        out.append(np.asarray(feats).reshape(chunk, per, -1).mean(1)[:len(part)])
+    return np.concatenate(out).reshape(b, n, -1)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("grid",))
+def _visual_jit(graphdef, state, pixels, *, grid):
+    return nnx.merge(graphdef, state)(pixels, np.array(grid, np.int64))[0]
 
 
 def question_embeddings(model: VLM, questions) -> np.ndarray:
