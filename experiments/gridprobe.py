@@ -55,6 +55,7 @@ def check_config(config):
     gp.check_grid_size(config.k, config.data.frames)
     require(config.m_max == 0 or config.m_min <= config.m_max <= config.k ** 2, "m_max",
             config.m_max, f"0 or an int in [m_min, K^2={config.k ** 2}]")
+    return config
 
 
 def _encode(ds):
