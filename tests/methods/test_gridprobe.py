@@ -4,6 +4,7 @@ input, and a tiny VLM's probes end to end."""
 
 import math
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -141,11 +142,13 @@ def test_probes_on_a_tiny_vlm():
     ids, pixels, grid = gm.batch_inputs(cfg, videos[:1, :4], q[:1])
     ref = model.choice_posterior(ids, [[int(t)] for t in o[0]], pixel_values_videos=pixels,
                                  video_grid_thw=grid)
-    mine = gm.posteriors(model, videos[:1, :4], np.ones((1, 4), bool), q[:1], o[:1], chunk=1)
+    mine = gm.posteriors(model, videos[:1, :4], np.ones((1, 4), bool), q[:1], o[:1],
+                         chunk=8)                                   # the probes' program
     assert np.allclose(np.asarray(ref), mine, atol=1e-5)
     # the similarity baseline's frame embedding: the mean merged visual token of the frame
     emb = gm.frame_embeddings(model, videos[:1], chunk=5)
-    tokens, _ = model.visual(gm.patchify(videos[0], cfg), np.array([[16, 4, 4]]))
+    tokens = jax.jit(lambda px: model.visual(px, np.array([[16, 4, 4]]))[0])(
+        gm.patchify(videos[0], cfg))                     # one video of 16 frames, unchunked
     assert np.allclose(np.asarray(tokens).reshape(16, 4, -1).mean(1), emb[0], atol=1e-5)
     with pytest.raises(ValueError, match="K=3 grid needs K\\^2=9"):
         gp.probe(model, videos, q, o, 3)

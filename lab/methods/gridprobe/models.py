@@ -40,7 +40,8 @@ def words(text: str) -> list[int]:
     return [VOCAB.get(w, UNK) for w in re.findall(r"[a-z0-9]+", text.lower())]
 
 
-def vlm_config(d_model: int, n_layers: int, *, patch_size: int = 8, max_len: int = 256
+def vlm_config(d_model: int, n_layers: int, *, patch_size: int = 8, max_len: int = 256,
+               vision_init: float = 0.02
                ) -> VLMConfig:
     """A small VLM: ViT and decoder of width ``d_model``, ``n_layers`` each, one frame per
     temporal patch, ``2 x 2`` merge (a 32x32 frame with 8-pixel patches is 4 tokens)."""
@@ -52,7 +53,7 @@ def vlm_config(d_model: int, n_layers: int, *, patch_size: int = 8, max_len: int
                                mrope_section=_sections(d_model // heads)),
         vision=VisionConfig(d_model=d_model, n_layers=n_layers, n_heads=heads, d_ff=2 * d_model,
                             patch_size=patch_size, temporal_patch_size=1, spatial_merge_size=2,
-                            out_dim=d_model, num_position_embeddings=16),
+                            out_dim=d_model, num_position_embeddings=16, init_std=vision_init),
         image_token_id=UNK, video_token_id=VID, vision_start_token_id=VS,
         vision_end_token_id=VE)
 
