@@ -111,7 +111,8 @@ def models(config) -> tuple[dict, dict]:
         spec = config[size]
         cfg = gm.vlm_config(spec.d_model, spec.n_layers)
         recipe = {"data": recipe_data, "model": spec.to_dict(), "train": config.train.to_dict(),
-                  "k": config.k, "vocab": gm.VOCAB_SIZE}
+                  "k": config.k, "vocab": gm.VOCAB_SIZE,
+                  "pixels": "[-1, 1]", "vision_init": cfg.vision.init_std}
 
         def train(cfg=cfg):
             model, metrics = gm.train(
