@@ -1,0 +1,348 @@
+"""GridProbe experiment: accuracy vs GFLOPs of every frame selector on synthetic long-video
+lookup questions, M_eff vs the generator's difficulty, and a small selector with a larger
+QA model.
+
+Models: two :class:`lab.nn.VLM` sizes (``config.small``, ``config.large``) trained on
+``lab.data.video_qa`` lookup questions over random frame subsets (a curriculum that
+starts every one-frame example on an evidence frame), cached through
+:func:`lab.zoo.bundle.load`. Pairs (selector, QA): small/small, large/large and
+small/large. Selectors (:data:`lab.methods.gridprobe.SELECTORS`): monolithic (all ``N``
+frames), uniform ``M``, encoder-space similarity top ``M`` (mean visual token vs mean
+question embedding), GridProbe's map with a fixed ``M``, and GridProbe with ``M_eff``;
+``M`` of the fixed-budget baselines is the pair's mean ``M_eff`` rounded. Beside them:
+the QA model with no frames (the question alone), with the evidence frames, and with
+random frames, and a perfect-perception oracle on each selector's frames. Every row's
+compute is :func:`lab.methods.gridprobe.forward_flops` per question, probes included.
+
+  python -m experiments.gridprobe --config=configs/gridprobe.py:default --workdir=/tmp/gridprobe
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy import stats
+
+from configs.gridprobe import get_config
+from lab import launch, outputs
+from lab.config import check, require
+from lab.data import oracle_answer, render_videos, video_qa
+from lab.methods import gridprobe as gp
+from lab.methods.gridprobe import models as gm
+from lab.zoo import bundle
+
+PAIRS = (("small", "small"), ("large", "large"), ("small", "large"))
+
+# Rules of the claims and the regime (fixed before the default run).
+NEAR_MONOLITHIC = 0.05     # GridProbe within this accuracy of the monolithic pass
+COMPUTE_FRACTION = 0.75    # ... at most this fraction of its GFLOPs
+SE_MULT = 2.0              # a gain beyond this many standard errors
+SPEARMAN_P = 0.05
+REGIME_ABOVE_CHANCE = 0.15
+REGIME_ABOVE_RANDOM = 0.10
+
+
+def check_config(config):
+    check(config, get_config, {
+        "k": (lambda v: v >= 1, "an int >= 1"),
+        "rule": (lambda v: v in gp.RULES, f"one of {gp.RULES}"),
+        "scale": (lambda v: v >= 0, "a float >= 0"),
+        "m_min": (lambda v: v >= 1, "an int >= 1"),
+        "m_max": (lambda v: v >= 0, "an int >= 0 (0 = K^2)"),
+        "train.steps": (lambda v: v >= 1, "an int >= 1"),
+    })
+    gp.check_grid_size(config.k, config.data.frames)
+    require(config.m_max == 0 or config.m_min <= config.m_max <= config.k ** 2, "m_max",
+            config.m_max, f"0 or an int in [m_min, K^2={config.k ** 2}]")
+    return config
+
+
+def _encode(ds):
+    q = [gm.words(x) for x in ds["question"]]
+    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
+    return q, o, np.array(ds["answer_index"])
+
+
+def _dataset(config, n, seed):
+    d = config.data
+    return video_qa(n, seed=seed, frames=d.frames, size=d.size, distractors=tuple(d.distractors),
+                    question_types=d.question_types.split(","))
+
+
+def _sampler(config, videos, q, o, a, evidence):
+    """Training batches: ``slots`` frame slots of which ``1..slots`` hold frames (time
+    order, then blanks); a one-frame example always shows an evidence frame, others do
+    with ``evidence_prob``."""
+    n = videos.shape[1]
+
+    def sample(rng, b, slots):
+        idx = rng.integers(0, len(q), b)
+        masks = np.zeros((b, n), bool)
+        for r, i in enumerate(idx):
+            m = int(rng.integers(1, slots + 1))
+            pick = set()
+            if slots == 1 or rng.random() < config.train.evidence_prob:
+                ev = evidence[i]
+                pick = set(rng.choice(ev, min(len(ev), m), replace=False).tolist())
+            rest = [f for f in range(n) if f not in pick]
+            pick |= set(rng.choice(rest, m - len(pick), replace=False).tolist())
+            masks[r, sorted(pick)] = True
+        return gm.gather_frames(videos[idx], masks, slots), [q[i] for i in idx], o[idx], a[idx]
+    return sample
+
+
+def models(config) -> tuple[dict, dict]:
+    """The two trained VLMs (``{"small", "large"}``) and their bundle records."""
+    recipe_data = dict(config.data.to_dict(), seed=config.seed)
+    out, info, cache = {}, {}, {}
+
+    def data():
+        if not cache:
+            ds = _dataset(config, config.data.n_train, config.seed)
+            grid = gp.grid_frames(config.data.frames, config.k)
+            cache["args"] = (render_videos(ds)[:, grid], *_encode(ds),
+                             [sorted({int(np.searchsorted(grid, f)) for f in ev
+                                      if f in set(grid.tolist())}) or [0]
+                              for ev in ds["evidence_frames"]])
+        return cache["args"]
+
+    for size in ("small", "large"):
+        spec = config[size]
+        cfg = gm.vlm_config(spec.d_model, spec.n_layers)
+        recipe = {"data": recipe_data, "model": spec.to_dict(), "train": config.train.to_dict(),
+                  "k": config.k, "vocab": gm.VOCAB_SIZE,
+                  "pixels": "[-1, 1]", "vision_init": cfg.vision.init_std}
+
+        def train(cfg=cfg):
+            model, metrics = gm.train(
+                cfg, _sampler(config, *data()), steps=config.train.steps,
+                batch=config.train.batch, learning_rate=config.train.learning_rate,
+                seed=config.seed, slot_choices=[int(s) for s in config.train.slots.split(",")])
+            return {"vlm": model}, metrics
+
+        def template(cfg=cfg):
+            from flax import nnx
+            return {"vlm": gm.VLM(cfg, rngs=nnx.Rngs(0))}
+
+        got = bundle.load("gridprobe-vlm-" + size, recipe, train, template, source=config.source)
+        out[size] = got.modules["vlm"]
+        info[size] = {"key": got.key, "source": got.source,
+                      "train_seconds": got.metrics.get("train_seconds"),
+                      "final": (got.metrics.get("history") or [{}])[-1]}
+    return out, info
+
+
+def _acc(pred, answer) -> tuple[float, float]:
+    hit = (np.asarray(pred) == np.asarray(answer)).astype(np.float64)
+    return float(hit.mean()), float(hit.std(ddof=1) / np.sqrt(len(hit))) if len(hit) > 1 else 0.0
+
+
+def _paired_se(a, b, answer) -> float:
+    d = (np.asarray(a) == answer).astype(float) - (np.asarray(b) == answer).astype(float)
+    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+
+
+def evaluate(config, vlms: dict, ds, videos) -> dict:
+    """Every selector of every pair on ``ds`` (``videos``: the grid's frames)."""
+    k, n, size = config.k, config.k ** 2, config.data.size
+    q, o, a = _encode(ds)
+    b = len(q)
+    qlen, nopt = gm.QUESTION_LEN, o.shape[1]
+    m_max = config.m_max or None
+    grid = gp.grid_frames(config.data.frames, k)
+    rows, preds, extra = [], {}, {}
+    rng = np.random.default_rng(config.seed + 11)
+    flops_of = {s: {m: gm.forward_flops(vlms[s].config, m, size, qlen, nopt)
+                    for m in range(1, n + 1)} for s in vlms}
+    probe_cost = {s: 2 * k * flops_of[s][k] for s in vlms}
+    from lab.nn.flops import vlm_config_flops
+    vision_cost = {s: vlm_config_flops(vlms[s].config, 1, n, size, size, 0)["vision"]
+                   for s in vlms}
+    probes = {s: gp.probe(vlms[s], videos, q, o, k) for s in vlms}
+    emb = {s: (gm.frame_embeddings(vlms[s], videos), gm.question_embeddings(vlms[s], q))
+           for s in vlms}
+
+    def oracle(mask):
+        r = np.random.default_rng(config.seed + 5)
+        return [oracle_answer(ds[i], grid[np.flatnonzero(mask[i])].tolist(), r) for i in range(b)]
+
+    for sel, qa in PAIRS:
+        pair = f"{sel}/{qa}"
+        imp = probes[sel]["map"]
+        m_eff = np.asarray(gp.select_m(imp, config.rule, scale=config.scale, m_min=config.m_min,
+                                       m_max=m_max))
+        m_fix = int(np.clip(round(float(m_eff.mean())), 1, n))
+        masks = {
+            "monolithic": gp.select("monolithic", n=n, batch=b),
+            "uniform": gp.select("uniform", n=n, m=m_fix, batch=b),
+            "similarity": gp.select("similarity", n=n, m=m_fix, frame_emb=emb[sel][0],
+                                    query_emb=emb[sel][1]),
+            "gridprobe_fixed": gp.select("gridprobe_fixed", n=n, m=m_fix, importance=imp),
+            "gridprobe": gp.select("gridprobe", n=n, importance=imp, rule=config.rule,
+                                   scale=config.scale, m_min=config.m_min, m_max=m_max),
+        }
+        for name, mask in masks.items():
+            if name == "monolithic" and sel != qa:
+                continue                     # the monolithic pass has no selector
+            post = gm.posteriors(vlms[qa], videos, mask, q, o)
+            pred = post.argmax(1)
+            acc, se = _acc(pred, a)
+            count = mask.sum(1)
+            qa_flops = np.mean([flops_of[qa][int(c)] for c in count])
+            sel_flops = {"monolithic": 0, "uniform": 0, "similarity": vision_cost[sel]}.get(
+                name, probe_cost[sel])
+            preds[(pair, name)] = pred
+            rows.append({"pair": pair, "selector": name, "accuracy": acc, "se": se,
+                         "frames": float(count.mean()),
+                         "gflops": (qa_flops + sel_flops) / 1e9,
+                         "oracle_accuracy": _acc(oracle(mask), a)[0]})
+        extra[pair] = {"m_eff": m_eff.tolist(), "m_fixed": m_fix}
+    # the QA models with no frames, the evidence frames and random frames (the regime)
+    ev = np.zeros((b, n), bool)
+    for i, f in enumerate(ds["evidence_frames"]):
+        ev[i, [int(j) for j in np.flatnonzero(np.isin(grid, f))]] = True
+    count = np.maximum(ev.sum(1), 1)
+    rand = np.zeros_like(ev)
+    for i in range(b):
+        rand[i, rng.choice(n, int(count[i]), replace=False)] = True
+    none = np.zeros_like(ev)
+    context = {}
+    for s in vlms:
+        context[s] = {name: _acc(gm.posteriors(vlms[s], videos, m, q, o).argmax(1), a)
+                      for name, m in (("evidence", ev), ("random", rand), ("no_frames", none))}
+    return {"rows": rows, "preds": preds, "extra": extra, "context": context,
+            "probes": probes, "evidence_mask": ev, "answer": a}
+
+
+def claims_of(results: dict) -> list[dict]:
+    """The claims, decided by rules on measured numbers (see the module constants)."""
+    rows = {(r["pair"], r["selector"]): r for r in results["table"]}
+    out = []
+    mono = rows.get(("large/large", "monolithic"))
+    gpl = rows.get(("small/large", "gridprobe"))
+    if mono and gpl:
+        frac = gpl["gflops"] / mono["gflops"]
+        gap = mono["accuracy"] - gpl["accuracy"]
+        out.append(outputs.claim(
+            f"GridProbe (small selector, large QA) is within {NEAR_MONOLITHIC} of the large "
+            f"model's monolithic accuracy at <= {COMPUTE_FRACTION} of its GFLOPs",
+            "accuracy gap (monolithic - GridProbe), compute fraction",
+            {"gap": gap, "fraction": frac},
+            gap <= NEAR_MONOLITHIC and frac <= COMPUTE_FRACTION))
+    for pair in ("small/small", "large/large", "small/large"):
+        g, u = rows.get((pair, "gridprobe")), rows.get((pair, "uniform"))
+        d = results.get("paired", {}).get(pair)
+        if g and u and d:
+            out.append(outputs.claim(
+                f"GridProbe beats uniform selection at the same mean M ({pair})",
+                "accuracy gain over uniform, paired SE",
+                {"gain": d["gain_uniform"], "se": d["se_uniform"]},
+                d["gain_uniform"] > SE_MULT * d["se_uniform"] and d["gain_uniform"] > 0))
+    sp = results.get("spearman")
+    if sp:
+        out.append(outputs.claim(
+            f"M_eff rises with the generator's difficulty (Spearman rho > 0, p < {SPEARMAN_P})",
+            "Spearman rho, p", sp, sp["rho"] > 0 and sp["p"] < SPEARMAN_P))
+    gs, gl = rows.get(("small/small", "gridprobe")), rows.get(("small/large", "gridprobe"))
+    d = results.get("paired", {}).get("small/large")
+    if gs and gl and d:
+        out.append(outputs.claim(
+            "A small selector with the larger QA model beats the small model alone "
+            f"(GridProbe, gain > {SE_MULT} paired SE)", "accuracy gain, paired SE",
+            {"gain": d["gain_small"], "se": d["se_small"]},
+            d["gain_small"] > SE_MULT * d["se_small"] and d["gain_small"] > 0))
+    return out
+
+
+def regime_of(results: dict) -> list[dict]:
+    out = []
+    chance = results["chance"]
+    for s, ctx in results["context"].items():
+        ev, rnd = ctx["evidence"][0], ctx["random"][0]
+        out.append(outputs.regime(
+            f"the {s} QA model with the evidence frames is >= chance + {REGIME_ABOVE_CHANCE} "
+            f"and >= its accuracy with as many random frames + {REGIME_ABOVE_RANDOM}",
+            {"evidence": ev, "random": rnd, "chance": chance},
+            ev >= chance + REGIME_ABOVE_CHANCE and ev >= rnd + REGIME_ABOVE_RANDOM))
+    return out
+
+
+def run(config, workdir: str) -> dict:
+    """Trains (or loads) the two VLMs, evaluates every selector, writes the outputs."""
+    check_config(config)
+    t0 = time.time()
+    vlms, info = models(config)
+    ds = _dataset(config, config.data.n_eval, config.seed + 1)
+    grid = gp.grid_frames(config.data.frames, config.k)
+    videos = render_videos(ds)[:, grid]
+    ev = evaluate(config, vlms, ds, videos)
+    a = ev["answer"]
+    paired = {}
+    for pair in ("small/small", "large/large", "small/large"):
+        g = ev["preds"][(pair, "gridprobe")]
+        u = ev["preds"][(pair, "uniform")]
+        paired[pair] = {"gain_uniform": float(np.mean(g == a) - np.mean(u == a)),
+                        "se_uniform": _paired_se(g, u, a)}
+    s = ev["preds"][("small/small", "gridprobe")]
+    gl = ev["preds"][("small/large", "gridprobe")]
+    paired["small/large"].update(gain_small=float(np.mean(gl == a) - np.mean(s == a)),
+                                 se_small=_paired_se(gl, s, a))
+    m_eff = np.asarray(ev["extra"]["small/large"]["m_eff"])
+    diff = np.asarray(ds["difficulty"])
+    rho, p = stats.spearmanr(m_eff, diff)
+    spearman = {"rho": float(np.nan_to_num(rho)), "p": float(np.nan_to_num(p, nan=1.0)),
+                "n": len(diff)}
+    by_diff = {int(d): float(m_eff[diff == d].mean()) for d in sorted(set(diff.tolist()))}
+    results = {"table": ev["rows"], "paired": paired, "spearman": spearman,
+               "m_eff_by_difficulty": by_diff, "context": ev["context"],
+               "chance": 1.0 / int(np.asarray(_encode(ds)[1]).shape[1]), "models": info,
+               "fixed_m": {p_: e["m_fixed"] for p_, e in ev["extra"].items()}}
+    results["claims"] = claims_of(results)
+    results["regime"] = regime_of(results)
+    results["seconds"] = time.time() - t0
+    plots = [_plot(ev, ds, grid, config, workdir)]
+    report = ["## Accuracy vs compute\n",
+              outputs.markdown_table(ev["rows"]), "\n",
+              "## QA model with no / evidence / random frames\n",
+              outputs.markdown_table([{"model": s, **{k_: v[0] for k_, v in c.items()}}
+                                      for s, c in ev["context"].items()]), "\n",
+              f"## M_eff vs difficulty (small selector)\n\nSpearman rho {spearman['rho']:.3f}, "
+              f"p {spearman['p']:.3g}, n {spearman['n']}; mean M_eff by difficulty: "
+              f"{by_diff}\n"]
+    return outputs.write_outputs(workdir, name="gridprobe", config=config, results=results,
+                                 report="\n".join(report), plots=plots)
+
+
+def main_table(results) -> list[dict]:
+    """One row per (selector, QA) pair and selector: accuracy, SE, frames, GFLOPs."""
+    return [{k: r[k] for k in ("pair", "selector", "accuracy", "se", "frames", "gflops")}
+            for r in results["table"]]
+
+
+def _plot(ev, ds, grid, config, workdir) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = config.k
+    show = min(6, len(ds))
+    fig, axes = plt.subplots(1, show, figsize=(2.2 * show, 2.4))
+    axes = np.atleast_1d(axes)
+    maps = ev["probes"]["small"]["map"]
+    for i in range(show):
+        ax = axes[i]
+        ax.imshow(maps[i].reshape(k, k), cmap="viridis")
+        for slot in np.flatnonzero(ev["evidence_mask"][i]):
+            ax.add_patch(plt.Rectangle((slot % k - 0.5, slot // k - 0.5), 1, 1, fill=False,
+                                       edgecolor="red", linewidth=2))
+        ax.set_title(f"difficulty {ds[i]['difficulty']}", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle("importance maps (small selector); red: evidence frames", fontsize=9)
+    return outputs.save_figure(fig, workdir, "importance_maps.png")
+
+
+if __name__ == "__main__":
+    launch.main(run)
