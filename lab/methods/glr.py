@@ -377,12 +377,19 @@ def make_optimizer(model, head, learning_rate: float, steps: int, warmup: int = 
     """AdamW (weight decay 0.01, clip 1.0) on the LM and the head together: a linear
     warm-up over ``warmup`` updates (so a fresh optimizer's first steps do not knock a
     trained model off its solution), then a cosine decay to ``steps``."""
+    return nnx.Optimizer((model, head), _transform(float(learning_rate), int(steps),
+                                                  int(warmup)), wrt=nnx.Param)
+
+
+@functools.cache
+def _transform(learning_rate: float, steps: int, warmup: int):
+    # One transformation object per schedule: it is static in the optimizer's graph, so a
+    # fresh optimizer per curriculum stage reuses the compiled train step instead of
+    # compiling it anew.
     schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(warmup, steps - 1),
                                                   max(steps, 1)) if warmup else \
         optax.cosine_decay_schedule(learning_rate, max(steps, 1))
-    tx = optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(schedule, weight_decay=0.01))
-    return nnx.Optimizer((model, head), tx, wrt=nnx.Param)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
 
 
 def train_stage(model, head, opt, data: StageData, *, k: int, mode: str, steps: int,
