@@ -24,7 +24,8 @@ def _unit(x):
 def _reference_log_prob(x, mu, kappa):
     """scipy's logpdf; where its ``ive`` under/overflows (large d, small kappa), the same
     formula with mpmath's Bessel function."""
-    ref = stats.vonmises_fisher(mu, kappa).logpdf(x)
+    with np.errstate(divide="ignore"):
+        ref = stats.vonmises_fisher(mu, kappa).logpdf(x)
     if np.all(np.isfinite(ref)):
         return ref
     mpmath = pytest.importorskip("mpmath")
@@ -92,21 +93,21 @@ def test_log_ive_matches_mpmath_where_scipy_fails():
 def test_normaliser_gradient_is_minus_mean_resultant_length_and_finite():
     """d/dk log C_d(k) = -A_d(k) (Mardia & Jupp 9.3.9); finite for k up to 1e6."""
     ks = jnp.array([1e-3, 1.0, 10.0, 1e3, 1e4, 1e6])
-    for d in (2, 3, 64, 512):
-        g = jax.vmap(jax.grad(lambda k, d=d: vmf.log_normalizer(d, k)))(ks)
-        assert np.all(np.isfinite(np.asarray(g)))
-        kk = np.asarray(ks, np.float64)
+    kk = np.asarray(ks, np.float64)
+    for d in (3, 512):
+        g = np.asarray(jax.jit(jax.vmap(jax.grad(lambda k, d=d: vmf.log_normalizer(d, k))))(ks))
+        assert np.all(np.isfinite(g))
         with np.errstate(invalid="ignore", divide="ignore"):
             a = special.ive(d / 2, kk) / special.ive(d / 2 - 1, kk)
         ok = np.isfinite(a)
-        np.testing.assert_allclose(-np.asarray(g)[ok], a[ok], rtol=2e-4, atol=1e-6)
+        np.testing.assert_allclose(-g[ok], a[ok], rtol=2e-4, atol=1e-6)
         np.testing.assert_allclose(np.asarray(vmf.mean_resultant_length(d, ks))[ok], a[ok],
                                    rtol=2e-5, atol=1e-7)
     mu = jnp.asarray(_unit(np.arange(1.0, 9.0)), jnp.float32)
     x = jnp.asarray(_unit(np.arange(1.0, 9.0) + 0.01), jnp.float32)
-    for k in (1e4, 1e6):
-        gx, gm, gk = jax.grad(vmf.vmf_log_prob, argnums=(0, 1, 2))(x, mu, jnp.float32(k))
-        assert all(np.all(np.isfinite(np.asarray(t))) for t in (gx, gm, gk)), k
+    grads = jax.jit(jax.grad(lambda x, m, k: jnp.sum(vmf.vmf_log_prob(x, m, k)),
+                             argnums=(0, 1, 2)))(x, mu, jnp.array([1e4, 1e6]))
+    assert all(np.all(np.isfinite(np.asarray(t))) for t in grads)
 
 
 def _theta_cdf(d, kappa):
@@ -301,7 +302,7 @@ def test_gepo_loss_gradients_finite_at_large_kappa_and_regulariser_moves_geometr
     batch = _rollout_batch(model, "vmf")
     assert np.allclose(np.linalg.norm(np.asarray(batch["latents"]), axis=-1), 1, atol=1e-5)
     loss_fn = gelvr.GePOLoss(_forward, family="vmf", geometry_coef=1.0)
-    opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
+    opt = nnx.Optimizer(model, optax.adam(0.05), wrt=nnx.Param)
 
     @nnx.jit
     def sgd_step(m, o, b):
@@ -315,10 +316,10 @@ def test_gepo_loss_gradients_finite_at_large_kappa_and_regulariser_moves_geometr
     # Geometry only (advantages 0): gradient steps on the regulariser lower the Gram loss.
     geo_batch = dict(batch, advantages=jnp.zeros(4))
     before = float(metrics["geometry"])
-    for _ in range(20):
-        sgd_step(model, opt, geo_batch)
-    after = float(loss_fn(model, geo_batch)[1]["geometry"])
-    assert after < 0.7 * before, (before, after)
+    for _ in range(30):
+        metrics, _ = sgd_step(model, opt, geo_batch)
+    after = float(metrics["geometry"])  # before the 30th update
+    assert after < 0.5 * before, (before, after)
 
 
 @pytest.mark.parametrize("family", ["vmf", "gaussian"])

@@ -55,16 +55,15 @@ def _dtype(*xs):
     return jnp.result_type(jnp.float32, *xs)
 
 
-def _log_ive_series(v: float, k: jax.Array) -> jax.Array:
+def _log_ive_series(v: jax.Array, k: jax.Array) -> jax.Array:
     """``log I_v(k) - k - v log k`` from the power series (accurate for ``k <= 10``; the
-    ``v log k`` is left out so that small ``k`` loses nothing to cancellation)."""
-    q = k * k / 4.0
-    term = jnp.ones_like(k)
-    total = jnp.ones_like(k)
-    for j in range(1, _SERIES_TERMS):
-        term = term * q / (j * (v + j))
-        total = total + term
-    return -v * math.log(2.0) - jax.scipy.special.gammaln(v + 1.0) + jnp.log(total) - k
+    ``v log k`` is left out so that small ``k`` loses nothing to cancellation). The terms
+    ``log[(k^2/4)^j / (j! Gamma(v+j+1))]`` are summed by one logsumexp over ``j``."""
+    j = jnp.arange(_SERIES_TERMS, dtype=k.dtype)
+    gammaln = jax.scipy.special.gammaln
+    log_terms = (j * jnp.log(k[..., None] * k[..., None] / 4.0) - gammaln(j + 1.0)
+                 - gammaln(v + j + 1.0))
+    return -v * math.log(2.0) + jax.nn.logsumexp(log_terms, axis=-1) - k
 
 
 def _log_ive_debye(v: float, k: jax.Array) -> jax.Array:
@@ -91,13 +90,17 @@ def _log_ive_large(v: jax.Array, k: jax.Array) -> jax.Array:
     top = v + n
     log_top = _log_ive_debye(top, k)
     ratio = jnp.exp(_log_ive_debye(top + 1.0, k) - log_top)  # I_{top+1} / I_top
-    log_ratios = jnp.zeros_like(k)
-    for j in range(math.ceil(_DEBYE_MIN_ORDER)):  # m = top, ..., v + 1
+
+    def step(j, carry):  # m = top - j = top, ..., v + 1
+        ratio, log_ratios = carry
         m = top - j
         active = m > v + 0.5
         new = 1.0 / (2.0 * m / k + ratio)  # I_m / I_{m-1}
-        ratio = jnp.where(active, new, ratio)
-        log_ratios = log_ratios + jnp.where(active, jnp.log(new), 0.0)
+        return (jnp.where(active, new, ratio),
+                log_ratios + jnp.where(active, jnp.log(new), 0.0))
+
+    _, log_ratios = jax.lax.fori_loop(0, math.ceil(_DEBYE_MIN_ORDER), step,
+                                      (ratio, jnp.zeros_like(k)))
     return log_top - log_ratios
 
 
