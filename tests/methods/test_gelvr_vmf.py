@@ -5,13 +5,13 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 from scipy import special, stats
 
 from lab.methods import gelvr
 from lab.methods.gelvr import vmf
+from lab.train import TrainConfig, compiled_step, make_optimizer
 
 DIMS = (2, 3, 4, 5, 10, 33, 100, 256, 512)
 KAPPAS = np.array([1e-3, 1e-2, 0.1, 1.0, 5.0, 9.99, 10.01, 30.0, 100.0, 1e3, 1e4])
@@ -297,29 +297,41 @@ def _rollout_batch(model, family, seed=0):
             "geometry_target": jnp.asarray(rng.normal(size=(b, 2 * s, 7)), jnp.float32)}
 
 
-def test_gepo_loss_gradients_finite_at_large_kappa_and_regulariser_moves_geometry():
+def test_gepo_loss_in_the_learners_step_finite_at_large_kappa_and_regulariser_moves_geometry():
+    """GePOLoss runs in lab.train's jitted step (the RL learner's update) at kappa = 1e4 with
+    finite metrics; with zero advantages its updates lower the Gram loss (the regulariser
+    acts), and at geometry_coef = 0 the same updates leave the parameters unchanged."""
     model = _TinyPolicy(5, 11, 8, 1e4, rngs=nnx.Rngs(0))
     batch = _rollout_batch(model, "vmf")
     assert np.allclose(np.linalg.norm(np.asarray(batch["latents"]), axis=-1), 1, atol=1e-5)
-    loss_fn = gelvr.GePOLoss(_forward, family="vmf", geometry_coef=1.0)
-    opt = nnx.Optimizer(model, optax.adam(0.05), wrt=nnx.Param)
-
-    @nnx.jit
-    def sgd_step(m, o, b):
-        (_, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(m, b)
-        o.update(m, grads)
-        return metrics, grads
-
-    metrics, grads = sgd_step(model, opt, batch)
-    assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
-    assert np.isfinite(float(metrics["loss"])) and float(metrics["ratio"]) == pytest.approx(1)
-    # Geometry only (advantages 0): gradient steps on the regulariser lower the Gram loss.
+    tcfg = TrainConfig(steps=30, learning_rate=0.05, optimizer="adam", grad_clip=0.0,
+                       progress=False)
     geo_batch = dict(batch, advantages=jnp.zeros(4))
-    before = float(metrics["geometry"])
-    for _ in range(30):
-        metrics, _ = sgd_step(model, opt, geo_batch)
-    after = float(metrics["geometry"])  # before the 30th update
-    assert after < 0.5 * before, (before, after)
+    results = {}
+    for coef in (1.0, 0.0):
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        opt_state = make_optimizer(tcfg).init(params)
+        step = compiled_step(graphdef, gelvr.GePOLoss(_forward, geometry_coef=coef), tcfg,
+                             False)
+        params, rest = jax.tree.map(jnp.copy, (params, rest))
+        start = jax.tree.map(np.asarray, params)
+        history = []
+        batches = [batch] + [geo_batch] * 29 if coef else [geo_batch] * 3
+        for u, b in enumerate(batches):
+            params, rest, opt_state, metrics = step(params, rest, opt_state, b, jnp.int32(u),
+                                                    jax.random.key(0))
+            history.append(jax.device_get(metrics))
+        results[coef] = history, start, params
+    history = results[1.0][0]
+    assert all(np.isfinite(v) for v in history[0].values()), history[0]
+    assert history[0]["ratio"] == pytest.approx(1.0)
+    before, after = history[1]["geometry"], history[-1]["geometry"]
+    assert after < 0.8 * before, (before, after)
+    # geometry_coef = 0 with zero advantages: no gradient at all, parameters stay put.
+    flat, start, end = results[0.0]
+    assert flat[-1]["geometry"] == pytest.approx(history[0]["geometry"], rel=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, np.asarray(b), atol=1e-7),
+                 start, end)
 
 
 @pytest.mark.parametrize("family", ["vmf", "gaussian"])
