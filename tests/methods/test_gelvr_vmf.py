@@ -297,6 +297,29 @@ def _rollout_batch(model, family, seed=0):
             "geometry_target": jnp.asarray(rng.normal(size=(b, 2 * s, 7)), jnp.float32)}
 
 
+def test_gepo_gradients_finite_at_large_kappa():
+    """d loss / d (logits, head, kappa) of the full GePO loss (clipped ratio, KL, Gram
+    regulariser) stays finite at kappa = 1e4 with non-unit head outputs."""
+    out, tokens, latents, is_latent, _ = _hand_case("vmf")
+    rng = np.random.default_rng(0)
+    batch = {"mask": jnp.ones((1, 3)), "advantages": jnp.array([1.5]),
+             "old_logp": jnp.full((1, 3), -1.0), "ref_logp": jnp.full((1, 3), -2.0),
+             "kl_coef": jnp.array([0.1]),
+             "geometry_target": jnp.asarray(rng.normal(size=(1, 4, 5)), jnp.float32)}
+
+    def loss(logits, h, kappa):
+        o = gelvr.HybridPolicyOutput(logits, h, kappa)
+        step = gelvr.hybrid_log_prob(o, tokens, latents, is_latent)
+        slots = gelvr.gather_slots(h, jnp.array([[0, 1]]))
+        return gelvr.gepo_loss(step, batch, slots, geometry_coef=1.0)[0]
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(out.logits, out.latent_mean,
+                                                      jnp.full((1, 3), 1e4))
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in grads)
+    assert float(jnp.abs(grads[1]).sum()) > 0
+
+
+@pytest.mark.slow
 def test_gepo_loss_in_the_learners_step_finite_at_large_kappa_and_regulariser_moves_geometry():
     """GePOLoss runs in lab.train's jitted step (the RL learner's update) at kappa = 1e4 with
     finite metrics; with zero advantages its updates lower the Gram loss (the regulariser
