@@ -361,23 +361,27 @@ def test_gepo_loss_in_the_learners_step_finite_at_large_kappa_and_regulariser_mo
 def test_policy_gradient_step_raises_the_log_prob_of_a_rewarded_latent(family):
     """One REINFORCE step with advantage +1 on a trajectory raises its log-probability and
     -1 lowers it, for both latent families (no regulariser: the ablation baselines)."""
+    loss_fn = gelvr.GePOLoss(_forward, family=family, geometry_coef=0.0)
+
+    @nnx.jit
     def logp(m, batch):
         out = m(batch["features"])
-        step = gelvr.hybrid_log_prob(out, batch["targets"], batch["latents"],
-                                     batch["is_latent"], family=family)
-        return float(jnp.sum(step))
+        return jnp.sum(gelvr.hybrid_log_prob(out, batch["targets"], batch["latents"],
+                                             batch["is_latent"], family=family))
 
-    loss_fn = gelvr.GePOLoss(_forward, family=family, geometry_coef=0.0)
+    @nnx.jit
+    def sgd(m, batch):
+        grads = nnx.grad(lambda m_: loss_fn(m_, batch)[0])(m)
+        nnx.update(m, jax.tree.map(lambda p, g: p - 0.01 * g, nnx.state(m, nnx.Param), grads))
+
     for sign in (1.0, -1.0):
         model = _TinyPolicy(5, 11, 8, 5.0 if family == "vmf" else 0.5, rngs=nnx.Rngs(1))
         batch = _rollout_batch(model, family, seed=2)
         batch = dict(batch, advantages=jnp.full(4, sign))
         batch.pop("geometry_target")
-        before = logp(model, batch)
-        grads = nnx.grad(lambda m, b: loss_fn(m, b)[0])(model, batch)
-        nnx.update(model, jax.tree.map(lambda p, g: p - 0.01 * g, nnx.state(model, nnx.Param),
-                                       grads))
-        assert sign * (logp(model, batch) - before) > 0, (family, sign)
+        before = float(logp(model, batch))
+        sgd(model, batch)
+        assert sign * (float(logp(model, batch)) - before) > 0, (family, sign)
     with pytest.raises(ValueError, match="geometry_target"):
         gelvr.GePOLoss(_forward, geometry_coef=0.5)(model, batch)
     with pytest.raises(ValueError, match="family"):

@@ -181,6 +181,9 @@ class GePOLoss:
         for key in ("targets", "latents", "is_latent", "slot_positions", "mask", "advantages"):
             if key not in batch:
                 raise ValueError(f"GePOLoss: batch has no {key!r}; keys are {sorted(batch)}")
+        if self.geometry_coef > 0 and "geometry_target" not in batch:
+            raise ValueError(f"GePOLoss: geometry_coef={self.geometry_coef} needs "
+                             f"batch['geometry_target']; batch keys are {sorted(batch)}")
         out = self.forward(model, batch)
         step_logp = hybrid_log_prob(out, batch["targets"], batch["latents"],
                                     batch["is_latent"], family=self.family,
