@@ -40,7 +40,7 @@ setup(
         # it with --no-deps; requests, cachetools and fire are what its import needs.
         "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
                  "blackjax", "scikit-learn", "nbclient", "ipykernel",
-                 "requests", "cachetools", "fire",
+                 "requests", "cachetools", "fire", "mpmath",
                  "tensorflow-datasets>=4.9.7", "array_record>=0.8",
                  # lab.methods.tar.bertscore's parity test against the reference package
                  "bert-score==0.3.13"],
