@@ -117,7 +117,7 @@ def _distractors(rng, ans, pool, near, degree, k=3):
     return sorted(pool, key=key.get)[:k]
 
 
-def _lopsided(rng, ans, wrong, degree, keep: float = 0.2) -> bool:
+def _lopsided(rng, ans, wrong, degree, keep: float = 0.05) -> bool:
     """True (reject the story) for most option sets where the answer has more links than
     every distractor: a kept fraction ``keep`` leaves "the most linked option" near chance."""
     return degree[ans] > max(degree[w] for w in wrong) and rng.random() > keep
@@ -175,7 +175,8 @@ def _question(rng, qtype, parents, children, starts, n):
 
 def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
                 n_distractors=(1, 2), question_types=TEMPOCAUSAL_TYPES, max_gap: int = 3,
-                max_len: int = 4, cot: bool = False) -> datasets.Dataset:
+                max_len: int = 4, paraphrase: float = 0.0,
+                cot: bool = False) -> datasets.Dataset:
     """``n`` stories with one question each, question types cycling through
     ``question_types`` (a balanced set).
 
@@ -185,6 +186,9 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
       n_distractors: events with a span and no link.
       max_gap, max_len: an effect starts 1..max_gap after its latest cause; spans last
         1..max_len.
+      paraphrase: the probability that one statement of a story is told in other words
+        (``"kol ran from 3 until 6 ."``, ``"mip led to kol ."``), outside the canonical
+        grammar that a strict parser reads (the ``paraphrased`` column marks those stories).
       cot: the completion writes ``trace`` before the answer line.
 
     Columns: the common ones plus ``question_type``, ``question``, ``options``
@@ -192,7 +196,7 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
     (names, topological order of the generating DAG, then distractors), ``parents``
     (list[list[int]] into ``events``), ``starts``, ``ends``, ``x`` and ``y`` (queried
     events, "" when none) and ``trace`` (space-separated names, or ``name start`` pairs
-    for ``order``).
+    for ``order``) and ``paraphrased``.
     """
     check_n(n, seed)
     e_rng = as_range("n_events", n_events, 4, 40)
@@ -204,6 +208,8 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
     if e_rng[1] + d_rng[1] > len(EVENT_NAMES):
         raise ValueError(f"n_events + n_distractors can reach {e_rng[1] + d_rng[1]}; at most "
                          f"{len(EVENT_NAMES)} event names exist")
+    if not isinstance(paraphrase, (int, float)) or not 0.0 <= paraphrase <= 1.0:
+        raise ValueError(f"paraphrase={paraphrase!r}; expected a probability in [0, 1]")
     rng = np.random.default_rng([seed, 2727])
     rows = []
     while len(rows) < n:
@@ -230,6 +236,12 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
         statements += [link_statement(names[p], names[i]) for i in range(total)
                        for p in sorted(parents[i])]
         statements = [statements[int(i)] for i in rng.permutation(len(statements))]
+        paraphrased = bool(rng.random() < paraphrase)
+        if paraphrased:
+            k = int(rng.integers(len(statements)))
+            w = statements[k].split()
+            statements[k] = (f"{w[0]} ran from {w[3]} until {w[5]} ." if w[1] == "lasted"
+                             else f"{w[0]} led to {w[2]} .")
         options = [o if isinstance(o, str) else names[o] for o in opts]
         answer = ans if isinstance(ans, str) else names[ans]
         order = rng.permutation(len(options)) if qtype != "intervention" else np.arange(2)
@@ -248,6 +260,7 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
             "parents": [sorted(int(p) for p in ps) for ps in parents],
             "starts": starts, "ends": ends, "x": names[x] if x is not None else "",
             "y": names[y] if y is not None else "", "trace": trace_text,
+            "paraphrased": paraphrased,
         })
     return to_dataset(rows)
 
@@ -259,12 +272,13 @@ def _mentions(statements):
     first, degree, links = {}, {}, []
     for k, s in enumerate(statements):
         words = s.split()
-        for w in (words[0], words[2]) if words[1] == "caused" else (words[0],):
+        is_link = words[1] in ("caused", "led")
+        for w in (words[0], words[-2]) if is_link else (words[0],):
             first.setdefault(w, k)
-            if words[1] == "caused":
+            if is_link:
                 degree[w] = degree.get(w, 0) + 1
-        if words[1] == "caused":
-            links.append({words[0], words[2]})
+        if is_link:
+            links.append({words[0], words[-2]})
     return first, degree, links
 
 
