@@ -24,16 +24,17 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.seed = 0
     c.impl = ""  # attention: "" = automatic, or "xla" / "pallas"
     c.data = ml_collections.ConfigDict(dict(
-        n_train=3000, n_eval=500, n_events=(6, 8), n_links=(7, 10), n_distractors=(1, 2),
+        n_train=2000, n_eval=400, n_events=(5, 6), n_links=(5, 8), n_distractors=(0, 1),
         paraphrase=0.2,
     ))
     c.model = ml_collections.ConfigDict(dict(
-        d_model=64, n_layers=3, n_heads=4, head_dim=16, d_ff=128, span_clip=8,
+        d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, span_clip=8,
     ))
-    c.train = ml_collections.ConfigDict(dict(steps=300, batch=32, learning_rate=3e-3))
+    c.train = ml_collections.ConfigDict(dict(steps=250, batch=32, learning_rate=5e-3))
     c.cot_max_trace = 20  # greedy decoding budget of the CoT model before "A:"
     if preset == "test":
-        c.data.update(n_train=64, n_eval=40)
+        c.data.update(n_train=48, n_eval=40, n_events=(5, 5), n_links=(5, 6), n_distractors=(1, 1),
+                      paraphrase=0.3)
         c.model.update(d_model=16, n_layers=1, n_heads=2, head_dim=8, d_ff=32)
         c.train.update(steps=2, batch=8)
         c.cot_max_trace = 3

@@ -88,5 +88,7 @@ def test_bad_input_names_the_field():
         tempocausal(4, question_types=("why",))
     with pytest.raises(ValueError, match="n="):
         tempocausal(0)
+    with pytest.raises(ValueError, match="cannot pose 'cause' questions"):
+        tempocausal(4, n_events=4, n_links=3, n_distractors=0)
     with pytest.raises(ValueError, match="paraphrase"):
         tempocausal(4, paraphrase=1.5)

@@ -122,9 +122,9 @@ def _dense(q, k, v, mask, bias):
 
 
 def test_former_mask_and_bias_equal_a_dense_reference_on_xla_and_pallas():
-    rows = tempocausal(2, seed=0, n_events=4, n_links=4, n_distractors=0).to_list()
+    rows = tempocausal(2, seed=0, n_events=5, n_links=6, n_distractors=1).to_list()
     vocab = WordVocab()
-    t = 64
+    t = 96
     enc = encode(rows, vocab, length=t, layout="topological", former=True)
     # every story token sees only its own statement and its event's ancestors' statements
     assert enc.mask[:, np.arange(t), np.arange(t)].all()

@@ -211,9 +211,13 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
     if not isinstance(paraphrase, (int, float)) or not 0.0 <= paraphrase <= 1.0:
         raise ValueError(f"paraphrase={paraphrase!r}; expected a probability in [0, 1]")
     rng = np.random.default_rng([seed, 2727])
-    rows = []
+    rows, misses = [], 0
     while len(rows) < n:
         qtype = question_types[len(rows) % len(question_types)]
+        if misses > 2000:
+            raise ValueError(f"n_events={n_events!r}, n_links={n_links!r}, n_distractors="
+                             f"{n_distractors!r} cannot pose {qtype!r} questions (2000 stories "
+                             f"drawn in a row could not); expected larger stories")
         k, nd = draw(rng, e_rng), draw(rng, d_rng)
         parents = _dag(rng, k, draw(rng, l_rng))
         starts, ends = _times(rng, parents, max_gap, max_len)
@@ -229,7 +233,9 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
                 children[p].add(i)
         posed = _question(rng, qtype, parents, children, starts, total)
         if posed is None:
+            misses += 1
             continue
+        misses = 0
         x, y, opts, ans, trace = posed
         names = [EVENT_NAMES[int(i)] for i in rng.choice(len(EVENT_NAMES), total, replace=False)]
         statements = [span_statement(names[i], starts[i], ends[i]) for i in range(total)]

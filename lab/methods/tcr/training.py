@@ -42,8 +42,9 @@ def fit(model: TCRFormer, enc: Encoded, *, steps: int, batch: int, learning_rate
         seed: int, warmup: int = 20) -> list[float]:
     """AdamW with linear warm-up and cosine decay over ``steps`` minibatches drawn from
     ``enc``; returns the loss per step."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(warmup, steps),
-                                               max(steps, 2), learning_rate * 0.1)
+    warm = min(warmup, steps // 2)
+    sched = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warm, max(steps, warm + 1),
+                                               learning_rate * 0.1)
     opt = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
                                            optax.adamw(sched, weight_decay=0.01)),
                         wrt=nnx.Param)
