@@ -38,7 +38,9 @@ setup(
         # it with --no-deps; requests, cachetools and fire are what its import needs.
         "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers", "networkx",
                  "blackjax", "scikit-learn", "nbclient", "ipykernel",
-                 "requests", "cachetools", "fire"],
+                 "requests", "cachetools", "fire",
+                 # TCR's intervention engine is cross-checked against DoWhy's gcm
+                 "dowhy==0.14"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
         "tfds": ["tensorflow-datasets", "array_record", "importlib_resources"],
