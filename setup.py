@@ -43,7 +43,9 @@ setup(
                  "requests", "cachetools", "fire", "mpmath",
                  "tensorflow-datasets>=4.9.7", "array_record>=0.8",
                  # lab.methods.tar.bertscore's parity test against the reference package
-                 "bert-score==0.3.13"],
+                 "bert-score==0.3.13",
+                 # TCR's intervention engine is cross-checked against DoWhy's gcm
+                 "dowhy==0.14"],
         # benchmarks/: the references they time Lab against (trl for benchmarks/rl.py).
         "bench": ["torch==2.13.0", "transformers", "trl==1.16.0", "networkx", "blackjax"],
         # lab.data.tfds (imported on use): prepares and reads array_record datasets without

@@ -10,6 +10,7 @@ from lab.data.synthetic.long_context import needle, variable_tracking
 from lab.data.synthetic.mixture import GENERATORS, generate, mixture
 from lab.data.synthetic.recall import associative_recall
 from lab.data.synthetic.render import check_images
+from lab.data.synthetic.tempocausal import TEMPOCAUSAL_TYPES, tempocausal
 from lab.data.synthetic.video import (
     QUESTION_TYPES,
     oracle_answer,
@@ -25,4 +26,5 @@ __all__ = [
     "mixture", "needle", "render_kv_prompt", "variable_tracking",
     "IMAGE_QUESTION_TYPES", "QUESTION_TYPES", "check_images", "downsample", "image_qa",
     "oracle_answer", "render_images", "render_video", "render_videos", "video_qa",
+    "TEMPOCAUSAL_TYPES", "tempocausal",
 ]
