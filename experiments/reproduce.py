@@ -15,7 +15,10 @@ regime checks, a status table (experiment, status, seconds), a models table (eac
 model an experiment loaded: shipped with Lab, cached on this host or trained in this
 run, its stored dtype, its training seconds and the host that trained it), then each
 experiment's report with its image links rewritten to ``<name>/<png>``;
-``workdir/results.json`` summarises the same. Numbers print with three significant
+``workdir/results.json`` summarises the same. An experiment whose module sets
+``OUT_OF_MAIN_JOB = "<why>"`` (a model that does not yet reach its regime in the time the
+main job allows) is left out of a run without ``--only``, and the report says so with the
+reason; ``--only=<name>`` still runs it. Numbers print with three significant
 digits. With ``--results_doc=docs/results.md`` it also writes that page
 (:mod:`experiments.results_doc`). ``--retrain`` trains every zoo model from scratch
 (``LAB_ZOO=train``, :mod:`lab.zoo`) instead of using the shipped or cached weights: the
@@ -31,7 +34,7 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from absl import app, flags, logging
 from tqdm import tqdm
@@ -61,6 +64,21 @@ def discover(root: str = ROOT) -> list[str]:
     return names
 
 
+_OUT = re.compile(r'^OUT_OF_MAIN_JOB = "(.+)"$', re.M)
+
+
+def left_out(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
+    """``{name: why}`` for the experiments among ``names`` whose module sets
+    ``OUT_OF_MAIN_JOB`` (read from the source, without importing it)."""
+    out = {}
+    for name in names:
+        with open(os.path.join(root, "experiments", f"{name}.py"), encoding="utf-8") as f:
+            m = _OUT.search(f.read())
+        if m:
+            out[name] = m.group(1)
+    return out
+
+
 def load(name: str):
     """Returns ``(get_config, run)`` of experiment ``name`` (imports its two modules)."""
     get_config = importlib.import_module(f"configs.{name}").get_config
@@ -83,8 +101,10 @@ def _rewrite(report: str, name: str) -> str:
 INFORMATIVE = {True: "yes", False: "no", None: "unchecked"}
 
 
-def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
-    """The markdown of ``workdir/report.md`` from the per-experiment entries."""
+def combined_report(preset: str, entries: Sequence[dict], workdir: str,
+                    skipped: Mapping[str, str] | None = None) -> str:
+    """The markdown of ``workdir/report.md`` from the per-experiment entries (and the
+    experiments left out of the run, ``{name: why}``)."""
     claims = [(e, c) for e in entries for c in e.get("claims", [])]
     held = sum(c["holds"] for _, c in claims)
     by = {k: [c for e, c in claims if regime_holds(e) is k] for k in INFORMATIVE}
@@ -110,6 +130,9 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str) -> str:
     out.append(markdown_table([{"experiment": e["name"], "status": e["status"],
                                 "seconds": round(e["seconds"], 1),
                                 "error": e.get("error", "")} for e in entries]))
+    if skipped:
+        out.append("\nLeft out of this run (`--only=<name>` runs one):\n")
+        out.append("\n".join(f"- `{n}`: {why}" for n, why in skipped.items()) + "\n")
     out.append("\n## Models\n")
     out.append(models_table(entries))
     for e in entries:
@@ -195,6 +218,10 @@ def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
             raise ValueError(f"--only names {unknown} are not registered experiments; "
                              f"registered: {names}")
         names = [n for n in names if n in set(only)]
+        skipped = {}
+    else:
+        skipped = left_out(names)
+        names = [n for n in names if n not in skipped]
     os.makedirs(workdir, exist_ok=True)
     entries = []
     bar = tqdm(names, desc=f"reproduce[{preset}]", unit="exp")
@@ -232,9 +259,11 @@ def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
         "claims_informative_held": sum(c["holds"] for e in entries if e["informative"]
                                        for c in e["claims"]),
         "failed": [e["name"] for e in entries if e["status"] != "ok"],
+        "left_out": skipped,
     }
     write_json(os.path.join(workdir, "results.json"), summary)
-    atomic_write_text(os.path.join(workdir, "report.md"), combined_report(preset, entries, workdir))
+    atomic_write_text(os.path.join(workdir, "report.md"), combined_report(preset, entries, workdir,
+                                                                         skipped))
     if results_doc_path:
         results_doc.write(workdir, results_doc_path, names=[e["name"] for e in entries])
     return summary

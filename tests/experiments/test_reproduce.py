@@ -18,6 +18,19 @@ def test_discover_finds_geomem_and_skips_launchers_without_a_config():
     assert "reproduce" not in names and "train_lm" not in names
 
 
+def test_experiments_out_of_the_main_job_are_named_with_their_reason(tmp_path):
+    names = reproduce.discover()
+    out = reproduce.left_out(names)
+    assert {"gridprobe", "tcr"} <= set(out) and "geomem" not in out
+    assert all("regime" in why for why in out.values())
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "a.py").write_text('OUT_OF_MAIN_JOB = "not yet"\n')
+    (tmp_path / "experiments" / "b.py").write_text("# OUT_OF_MAIN_JOB = 'a comment'\n")
+    assert reproduce.left_out(["a", "b"], root=str(tmp_path)) == {"a": "not yet"}
+    report = reproduce.combined_report("test", [], str(tmp_path), {"a": "not yet"})
+    assert "- `a`: not yet" in report
+
+
 def test_only_geomem_writes_scoreboard_status_and_rewritten_plots(tmp_path):
     summary = reproduce.run_all("test", str(tmp_path), only=["geomem"])
     assert summary["failed"] == [] and [e["name"] for e in summary["experiments"]] == ["geomem"]
