@@ -159,7 +159,7 @@ def test_peak_memory_and_overhead_claims_on_fabricated_results():
         k: c["holds"] for k, c in held.items() if k not in (PEAK, OVERHEAD)}
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_shared_scoring_generates_what_the_policy_generates():
     """prkv_accuracy (one PageRank solve per batch for every ratio and pooling) gives the
     texts generate(policy="prkv") gives, for each variant and for the question restart."""
@@ -236,6 +236,7 @@ def test_zoo_path_end_to_end(tmp_path):
     assert out["model"]["source"].startswith("prkv-test-")
 
 
+@pytest.mark.deep
 def test_hf_path_on_a_tiny_random_qwen3(tmp_path):
     tiny_qwen3(tmp_path, "The grass is green. abc=417. Number of kqzt? A: 12")
     config = get_config("test")

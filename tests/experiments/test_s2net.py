@@ -36,7 +36,7 @@ def test_s2net_runs_end_to_end_on_the_binding_and_reasoning_tasks(tmp_path):
     assert "| binding | s2net | ARI |" in report and "| reasoning | no_context |" in report
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_s2net_runs_end_to_end_on_the_sequence_tasks(tmp_path):
     config = get_config("test")
     config.tasks = "decoding,signal"

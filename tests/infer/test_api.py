@@ -57,7 +57,8 @@ def test_compress_every_equals_step_by_step_eviction(model):
     np.testing.assert_array_equal(gen.cache.next_position, lens + n)
 
 
-@pytest.mark.parametrize("policy", ["snapkv", "h2o", "tova"])
+@pytest.mark.parametrize("policy", ["snapkv", pytest.param("h2o", marks=pytest.mark.deep),
+                                    pytest.param("tova", marks=pytest.mark.deep)])
 def test_compress_every_scores_with_the_recent_queries(model, policy):
     x, lens = prompt_batch([16, 12], seed=3)
     n, every = 12, 4

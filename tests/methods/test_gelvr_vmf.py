@@ -319,7 +319,7 @@ def test_gepo_gradients_finite_at_large_kappa():
     assert float(jnp.abs(grads[1]).sum()) > 0
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_gepo_loss_in_the_learners_step_finite_at_large_kappa_and_regulariser_moves_geometry():
     """GePOLoss runs in lab.train's jitted step (the RL learner's update) at kappa = 1e4 with
     finite metrics; with zero advantages its updates lower the Gram loss (the regulariser

@@ -139,6 +139,7 @@ def _former_case():
     return enc, bias, (q, k, v), cfg, model, args
 
 
+@pytest.mark.deep
 def test_former_mask_and_bias_equal_a_dense_reference_on_xla():
     enc, bias, (q, k, v), cfg, model, args = _former_case()
     t = enc.tokens.shape[1]

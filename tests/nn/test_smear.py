@@ -69,6 +69,7 @@ def test_smear_changes_the_model_and_is_counted(model):
     assert n == CFG.num_params() == plain.config.num_params() + 2 * 2 * (4 + 2) * 16
 
 
+@pytest.mark.deep
 def test_packed_examples_equal_examples_alone(model):
     x = tokens(b=1, t=12)
     positions = jnp.concatenate([jnp.arange(5), jnp.arange(7)])[None]
@@ -105,6 +106,7 @@ def test_both_decode_paths_equal_the_full_forward(model):
         np.testing.assert_array_equal(cache.tail_positions, [[10, 11], [10, 11]])
 
 
+@pytest.mark.deep
 def test_generation_with_and_without_eviction(model):
     rows = [list(np.asarray(tokens(b=1, t=14, seed=3)[0])), list(np.asarray(tokens(b=1, t=9)[0]))]
     out = infer.generate(model, rows, max_new_tokens=5)

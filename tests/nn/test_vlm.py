@@ -202,6 +202,7 @@ def test_configs_validated():
     assert TransformerConfig(**CFG.text.to_dict()) == CFG.text
 
 
+@pytest.mark.deep
 def test_learns_the_colour_of_an_image():
     """A tiny VLM learns to answer an image's colour (one of 4) as a token."""
     vision = VisionConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, out_dim=32,

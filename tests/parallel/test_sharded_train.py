@@ -28,6 +28,10 @@ from lab import parallel
 from lab.train import Trainer, sft_loss
 from tests.train import train_job
 
+# The 8-device sharded-training equivalences take minutes; tests/parallel/test_sharding.py
+# keeps the sharded forward in the README's test command.
+pytestmark = pytest.mark.deep
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 ATOL = 1e-5

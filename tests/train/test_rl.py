@@ -353,7 +353,7 @@ def _noisy_answers(rows, frac, seed):
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.deep
 def test_rl_with_exact_match_raises_held_out_accuracy_of_a_tiny_lm():
     import datasets
 

@@ -54,7 +54,7 @@ def test_same_seed_gives_bitwise_equal_params(reference):
     assert not _equal(train_job.leaves(a), init)  # it trained
 
 
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("precision", ["float32", pytest.param("bfloat16", marks=pytest.mark.deep)])
 def test_sigkill_then_restart_resumes_exactly(precision, request, tmp_path):
     """SIGKILL a training process after its first checkpoint; a restart ends bitwise equal.
 

@@ -145,6 +145,7 @@ def test_measure_regime_on_a_tiny_model(monkeypatch):
                                     "ok"}
 
 
+@pytest.mark.deep
 def test_a_spec_with_a_regime_stores_it_after_training(tmp_path):
     spec = zoo.ZooSpec(
         name="cot-test", model=byte_lm(32, 1, 2, 1, 64, 128),
