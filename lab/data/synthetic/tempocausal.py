@@ -85,7 +85,10 @@ def _times(rng, parents, max_gap: int, max_len: int):
     return starts, ends
 
 
-def _closure(adj, i):
+def reachable(adj, i) -> set:
+    """The nodes reachable from ``i`` through ``adj`` (a mapping or sequence of neighbour
+    sets: children for descendants, parents for ancestors), ``i`` itself excluded unless on
+    a cycle."""
     seen, stack = set(), [i]
     while stack:
         for j in adj[stack.pop()]:
@@ -127,8 +130,8 @@ def _question(rng, qtype, parents, children, starts, n):
     """``(x, y, options, answer, trace)`` as node ids / names, or None when the graph
     cannot pose this type. Options of event questions never share a link with X, so
     that the words next to X in the text do not point at the answer."""
-    anc = [_closure(parents, i) for i in range(n)]
-    desc = [_closure(children, i) for i in range(n)]
+    anc = [reachable(parents, i) for i in range(n)]
+    desc = [reachable(children, i) for i in range(n)]
     adj = [parents[i] | children[i] | {i} for i in range(n)]
     degree = [len(parents[i]) + len(children[i]) for i in range(n)]
     if qtype in ("cause", "effect"):

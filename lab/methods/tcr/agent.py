@@ -23,6 +23,8 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
+from lab.data.synthetic.tempocausal import reachable
+
 UNPARSED = "unparsed"
 _NAME = r"[a-z]+"
 _SPAN = re.compile(rf"^({_NAME}) lasted from (\d+) to (\d+)$")
@@ -124,20 +126,10 @@ class CausalGraph:
         return []
 
     def ancestors(self, e: str) -> set[str]:
-        return _reach(self.parents, e)
+        return reachable(self.parents, e)
 
     def descendants(self, e: str) -> set[str]:
-        return _reach(self.children, e)
-
-
-def _reach(adj, e):
-    seen, stack = set(), [e]
-    while stack:
-        for n in adj[stack.pop()]:
-            if n not in seen:
-                seen.add(n)
-                stack.append(n)
-    return seen
+        return reachable(self.children, e)
 
 
 def do(graph: CausalGraph, interventions: Mapping[str, bool]) -> dict[str, bool]:
