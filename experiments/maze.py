@@ -1,0 +1,272 @@
+"""Maze experiment: planning over ordered few-shot exemplars (lab.methods.maze) against
+repeated sampling, on in-context rule induction (:class:`lab.methods.maze.RuleTask`).
+
+Methods on held-out queries, with their LM calls per query:
+
+* ``zero_shot`` (1): the query alone (the no-context shortcut baseline);
+* ``random`` (1): k random exemplars in random order;
+* ``nearest`` (1): the k exemplars most cosine-similar to the query under the encoder,
+  the most similar next to the query;
+* ``fixed_best`` (1): the one ordering, of ``n_fixed`` random candidates, most accurate
+  on the training queries (prompt optimisation);
+* ``maze`` (1): beam search under the trained path scorer, one call on the top path;
+* ``multimaze`` (m): the top-m paths, majority vote;
+* ``best_of_n`` / ``self_consistency`` (N): N random trajectories, an oracle picks any
+  correct answer / majority vote; ``best_of_n_zero_shot`` / ``self_consistency_zero_shot``
+  (N): N answers sampled at temperature 1 from the query alone.
+
+  python -m experiments.maze --config=configs/maze.py:default --workdir=/tmp/maze
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from flax import nnx
+
+from configs.maze import get_config
+from lab import launch, outputs
+from lab.config import check, require
+from lab.methods import maze
+
+SINGLE = ("random", "nearest", "fixed_best")
+METHODS = ("zero_shot", "random", "nearest", "fixed_best", "maze", "multimaze",
+           "best_of_n", "self_consistency", "best_of_n_zero_shot",
+           "self_consistency_zero_shot")
+
+# Rules of the claims and the regime (fixed before the default run).
+MAZE_MARGIN = 0.1          # single-call Maze above the best single-call baseline by this
+RECOVER_MIN = 0.5          # MultiMaze recovers at least this fraction of best-of-N's gain
+CALLS_MAX = 0.25           # ... with at most this fraction of its calls
+AUC_MIN = 0.6              # the scorer ranks held-out trajectories above chance (0.5)
+SPREAD_MIN = 0.15          # regime: best of R random trajectories - median, held out
+READER_MIN = 0.9           # regime: the reader applies the rule next to the query
+CHANCE_TOL = 0.1           # regime: zero-shot and majority answers near chance
+
+
+def _checks():
+    pos = (lambda v: v >= 1, "an int >= 1")
+    return {"n_train": pos, "n_test": pos, "logged": (lambda v: v >= 2, "an int >= 2"),
+            "regime_samples": (lambda v: v >= 2, "an int >= 2"), "n_fixed": pos,
+            "beam": pos, "m": pos, "n": pos, "pool_size": pos, "task.k": pos,
+            "scorer.steps": pos, "reader.steps": pos}
+
+
+def check_config(config):
+    """Validates ``config`` against its preset; raises ValueError naming the key."""
+    check(config, get_config, _checks())
+    require(config.task.k <= config.pool_size, "task.k", config.task.k,
+            f"<= pool_size={config.pool_size}")
+    return config
+
+
+def claim_rules(m: dict) -> list[dict]:
+    """The claims on measured ``m`` (``accuracy[name]``, ``calls[name]``, ``auc``)."""
+    acc, calls = m["accuracy"], m["calls"]
+    best = max(SINGLE, key=lambda n: acc[n])
+    gain = acc["best_of_n"] - acc["random"]
+    rec = (acc["multimaze"] - acc["random"]) / gain if gain > 0 else float("nan")
+    frac = calls["multimaze"] / calls["best_of_n"]
+    return [
+        outputs.claim(f"Single-call Maze beats the best single-call baseline by >= "
+                      f"{MAZE_MARGIN} accuracy", f"accuracy maze - {best}",
+                      acc["maze"] - acc[best], acc["maze"] - acc[best] >= MAZE_MARGIN),
+        outputs.claim(f"MultiMaze recovers >= {RECOVER_MIN} of best-of-N's gain over "
+                      f"random exemplars with <= {CALLS_MAX} of its calls",
+                      "(multimaze - random) / (best_of_n - random); calls fraction",
+                      [rec, frac], bool(gain > 0 and rec >= RECOVER_MIN
+                                        and frac <= CALLS_MAX)),
+        outputs.claim(f"The path scorer ranks held-out trajectories above chance (pairwise "
+                      f"AUC >= {AUC_MIN})", "held-out pairwise AUC", m["auc"],
+                      bool(m["auc"] >= AUC_MIN)),
+    ]
+
+
+def regime_rules(m: dict) -> list[dict]:
+    """Regime checks on ``m`` (``spread``, ``reader``, ``accuracy``, ``majority``,
+    ``chance``)."""
+    ch = m["chance"]
+    return [
+        outputs.regime(f"exemplar choice and order matter: best of the random trajectories "
+                       f"- median, held out, >= {SPREAD_MIN}", m["spread"],
+                       m["spread"] >= SPREAD_MIN),
+        outputs.regime(f"the reader applies the rule of the exemplar next to the query "
+                       f"(accuracy >= {READER_MIN})", m["reader"], m["reader"] >= READER_MIN),
+        outputs.regime(f"no shortcut: the query alone is within {CHANCE_TOL} of chance",
+                       m["accuracy"]["zero_shot"],
+                       m["accuracy"]["zero_shot"] <= ch + CHANCE_TOL),
+        outputs.regime(f"no shortcut: the majority answer is within {CHANCE_TOL} of chance",
+                       m["majority"], m["majority"] <= ch + CHANCE_TOL),
+    ]
+
+
+def _random_paths(rng, n, r, pool, k):
+    return np.stack([[rng.permutation(pool)[:k] for _ in range(r)] for _ in range(n)])
+
+
+def _outcomes(lm, queries, answers, paths):
+    n, r, _ = paths.shape
+    items = [(q, p) for q, ps in zip(queries, paths, strict=True) for p in ps]
+    return (lm(items).reshape(n, r) == np.asarray(answers)[:, None]).astype(np.float32)
+
+
+def run(config, workdir: str) -> dict:
+    """Trains the reader and the path scorer, runs every method on held-out queries;
+    writes results.json, report.md and a plot; returns the results."""
+    check_config(config)
+    t0 = time.time()
+    task = maze.RuleTask(seed=config.seed, **config.task)
+    k, pool_n = task.k, config.pool_size
+    model, rl = maze.train_reader(task, seed=config.seed, **config.reader)
+    rng = np.random.default_rng([config.seed, 1])
+    tok, y = task.reader_batch(rng, 512)
+    reader = float(np.mean(np.asarray(model(tok)[:, -1, :task.n_values]).argmax(-1) == y))
+    timing = {"reader_train_s": time.time() - t0}
+
+    pool, pi, tags, qa, ans = task.world(pool_n, config.n_train + config.n_test, config.seed)
+    queries = list(zip(tags.tolist(), qa.tolist(), strict=True))
+    tr, te = slice(0, config.n_train), slice(config.n_train, None)
+    q_tr, q_te, a_tr, a_te = queries[tr], queries[te], ans[tr], ans[te]
+    lm = maze.ReaderLM(model, task, pool)
+    enc = maze.lm_encoder(model, task.tokenize)
+    t1 = time.time()
+    pool_emb = enc.encode([task.exemplar_text(e) for e in pool])
+    q_emb = enc.encode([task.query_text(*q) for q in queries])
+    timing["encode_s"] = time.time() - t1
+
+    # Logged outcomes on training queries; the scorer.
+    paths_tr = _random_paths(rng, config.n_train, config.logged, pool_n, k)
+    succ_tr = _outcomes(lm, q_tr, a_tr, paths_tr)
+    logged_calls = lm.calls
+    t2 = time.time()
+    scorer = maze.PathScorer(pool_emb.shape[1], k, config.scorer.hidden,
+                             rngs=nnx.Rngs(config.seed))
+    losses = maze.train_path_scorer(scorer, q_emb[tr], pool_emb, paths_tr, succ_tr,
+                                    steps=config.scorer.steps,
+                                    learning_rate=config.scorer.learning_rate)
+    timing["scorer_train_s"] = time.time() - t2
+
+    # Regime and held-out ranking on R random trajectories per held-out query.
+    paths_te = _random_paths(rng, config.n_test, config.regime_samples, pool_n, k)
+    succ_te = _outcomes(lm, q_te, a_te, paths_te)
+    spread = float(np.mean(succ_te.max(1) - np.median(succ_te, 1)))
+    auc = maze.ranking_auc(np.asarray(maze.trajectory_scores(scorer, q_emb[te], pool_emb,
+                                                             paths_te)), succ_te)
+
+    acc, calls, wall = {}, {}, {}
+
+    def measure(name, fn, n_calls):
+        lm.calls, lm.seconds = 0, 0.0
+        t = time.time()
+        pred = fn()
+        acc[name] = float(np.mean(pred))
+        calls[name] = lm.calls / config.n_test
+        wall[name] = {"lm_s": lm.seconds, "total_s": time.time() - t}
+        assert calls[name] == n_calls, (name, calls[name])
+
+    n = config.n
+    measure("zero_shot", lambda: lm.logits(q_te, None, zero_shot=True).argmax(-1) == a_te, 1)
+    first = paths_te[:, 0]
+    measure("random", lambda: lm(list(zip(q_te, first, strict=True))) == a_te, 1)
+    qn = q_emb[te] / np.linalg.norm(q_emb[te], axis=1, keepdims=True)
+    pn = pool_emb / np.linalg.norm(pool_emb, axis=1, keepdims=True)
+    near = np.argsort(-(qn @ pn.T), axis=1)[:, :k]
+    measure("nearest", lambda: lm(list(zip(q_te, near, strict=True))) == a_te, 1)
+    cands = _random_paths(rng, 1, config.n_fixed, pool_n, k)[0]
+    cand_acc = _outcomes(lm, q_tr, a_tr, np.repeat(cands[None], config.n_train, 0)).mean(0)
+    fixed = cands[int(np.argmax(cand_acc))]
+    measure("fixed_best", lambda: lm([(q, fixed) for q in q_te]) == a_te, 1)
+
+    t3 = time.time()
+    planned = [maze.beam_search(maze.scorer_fn(scorer, q_emb[te][i], pool_emb), pool_n, k,
+                                beam=config.beam, top=config.m)[0]
+               for i in range(config.n_test)]
+    planner_s = time.time() - t3
+    measure("maze", lambda: np.array([maze.maze_answer(lm, q, p) for q, p in
+                                      zip(q_te, planned, strict=True)]) == a_te, 1)
+    measure("multimaze", lambda: np.array([maze.multimaze_answer(lm, q, p, config.m) for q, p
+                                           in zip(q_te, planned, strict=True)]) == a_te,
+            config.m)
+    bon = _random_paths(rng, config.n_test, n, pool_n, k)
+    items = [(q, p) for q, ps in zip(q_te, bon, strict=True) for p in ps]
+    got = {}
+
+    def sampled():
+        got["a"] = lm(items).reshape(config.n_test, n)
+        return (got["a"] == a_te[:, None]).any(1)
+
+    measure("best_of_n", sampled, n)
+    sc = np.array([maze.vote(r) for r in got["a"]]) == a_te
+    acc["self_consistency"], calls["self_consistency"] = float(sc.mean()), n
+    wall["self_consistency"] = wall["best_of_n"]
+    measure("best_of_n_zero_shot", lambda: (
+        got.__setitem__("z", lm.sample(q_te, None, n, config.seed, zero_shot=True))
+        or (got["z"] == a_te[:, None]).any(1)), n)
+    acc["self_consistency_zero_shot"] = float(np.mean(
+        np.array([maze.vote(r) for r in got["z"]]) == a_te))
+    calls["self_consistency_zero_shot"] = n
+    wall["self_consistency_zero_shot"] = wall["best_of_n_zero_shot"]
+    for name in ("maze", "multimaze"):
+        wall[name]["planner_s"] = planner_s
+        wall[name]["total_s"] += planner_s
+
+    majority = float(np.max(np.bincount(a_te, minlength=task.n_values)) / len(a_te))
+    gain = acc["best_of_n"] - acc["random"]
+    measured = {"accuracy": acc, "calls": calls, "wall": wall, "auc": auc, "spread": spread,
+                "reader": reader, "majority": majority, "chance": 1.0 / task.n_values,
+                "recovered": (acc["multimaze"] - acc["random"]) / gain if gain > 0 else None,
+                "calls_fraction": calls["multimaze"] / calls["best_of_n"],
+                "planner": {"s_per_query": planner_s / config.n_test,
+                            "lm_s_per_call": wall["maze"]["lm_s"] / config.n_test},
+                "logged_calls_per_train_query": logged_calls / config.n_train,
+                "scorer_loss": {"first": float(losses[0]), "last": float(losses[-1])},
+                "reader_loss_last": float(rl[-1]), "fixed_train_acc": float(cand_acc.max())}
+    timing["total_s"] = time.time() - t0
+    results = dict(measured, claims=claim_rules(measured), regime=regime_rules(measured),
+                   timing=timing, scorer_losses=losses.tolist())
+    return outputs.write_outputs(workdir, name="maze", config=config, results=results,
+                                 report=_report(results), plots=[_plot(results, workdir)])
+
+
+def main_table(results) -> list[dict]:
+    """The calls-vs-accuracy table: one row per method."""
+    return [{"method": n, "LM calls / query": results["calls"][n],
+             "accuracy": results["accuracy"][n], "LM s": results["wall"][n]["lm_s"],
+             "planner s": results["wall"][n].get("planner_s", 0.0),
+             "total s": results["wall"][n]["total_s"]} for n in METHODS]
+
+
+def _report(r) -> str:
+    return "\n".join([
+        "## Held-out accuracy vs LM calls\n", outputs.markdown_table(main_table(r)), "\n",
+        f"MultiMaze recovers {outputs.format_value(r['recovered'])} of best-of-N's gain "
+        f"over random exemplars with {r['calls_fraction']:.3f} of its calls. Planner: "
+        f"{r['planner']['s_per_query'] * 1e3:.2f} ms per query (beam search, no LM) beside "
+        f"{r['planner']['lm_s_per_call'] * 1e3:.2f} ms per LM call. Path scorer: held-out "
+        f"pairwise AUC {r['auc']:.3f}, ranking loss {r['scorer_loss']['first']:.3f} -> "
+        f"{r['scorer_loss']['last']:.3f}; logged {r['logged_calls_per_train_query']:.0f} "
+        "calls per training query.\n",
+        "## Claims\n", outputs.claims_table(r["claims"]), "\n",
+        "## Regime\n", outputs.regime_table(r["regime"]), "\n",
+        "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
+
+
+def _plot(r, workdir) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for n in METHODS:
+        ax.scatter(r["calls"][n], r["accuracy"][n], label=n)
+    ax.set(xscale="log", xlabel="LM calls per query", ylabel="held-out accuracy",
+           ylim=(-0.02, 1.02))
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return outputs.save_figure(fig, workdir, "maze.png")
+
+
+if __name__ == "__main__":
+    launch.main(run)
