@@ -30,7 +30,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.logged = 16              # random trajectories logged per training query
     c.regime_samples = 32      # random trajectories per held-out query for the regime
     c.n_fixed = 32             # candidate fixed orderings tried on the training split
-    c.scorer = ml_collections.ConfigDict(dict(hidden=32, steps=300, learning_rate=1e-2))
+    c.scorer = ml_collections.ConfigDict(dict(hidden=32, steps=300, learning_rate=1e-2,
+                                              weight_decay=1e-2))
+    c.encoder_layer = 1        # the reader's hidden states pooled by the encoder (0 = embeddings)
     c.beam = 8
     c.m = 3                    # MultiMaze calls
     c.n = 16                   # best-of-N / self-consistency samples

@@ -129,7 +129,7 @@ def run(config, workdir: str) -> dict:
     tr, te = slice(0, config.n_train), slice(config.n_train, None)
     q_tr, q_te, a_tr, a_te = queries[tr], queries[te], ans[tr], ans[te]
     lm = maze.ReaderLM(model, task, pool)
-    enc = maze.lm_encoder(model, task.tokenize)
+    enc = maze.lm_encoder(model, task.tokenize, layer=config.encoder_layer)
     t1 = time.time()
     pool_emb = enc.encode([task.exemplar_text(e) for e in pool])
     q_emb = enc.encode([task.query_text(*q) for q in queries])
@@ -144,7 +144,8 @@ def run(config, workdir: str) -> dict:
                              rngs=nnx.Rngs(config.seed))
     losses = maze.train_path_scorer(scorer, q_emb[tr], pool_emb, paths_tr, succ_tr,
                                     steps=config.scorer.steps,
-                                    learning_rate=config.scorer.learning_rate)
+                                    learning_rate=config.scorer.learning_rate,
+                                    weight_decay=config.scorer.weight_decay)
     timing["scorer_train_s"] = time.time() - t2
 
     # Regime and held-out ranking on R random trajectories per held-out query.
@@ -214,7 +215,7 @@ def run(config, workdir: str) -> dict:
     majority = float(np.max(np.bincount(a_te, minlength=task.n_values)) / len(a_te))
     gain = acc["best_of_n"] - acc["random"]
     measured = {"accuracy": acc, "calls": calls, "wall": wall, "auc": auc, "spread": spread,
-                "reader": reader, "majority": majority, "chance": 1.0 / task.n_values,
+                "reader": reader, "majority": majority, "chance": 1.0 / task.n_rules,
                 "recovered": (acc["multimaze"] - acc["random"]) / gain if gain > 0 else None,
                 "calls_fraction": calls["multimaze"] / calls["best_of_n"],
                 "planner": {"s_per_query": planner_s / config.n_test,

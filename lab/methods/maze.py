@@ -142,7 +142,7 @@ def ranking_loss(scores: jax.Array, success: jax.Array) -> jax.Array:
     """Pairwise logistic ranking loss over ``[Q, R]`` scores of R logged trajectories per
     query: mean over pairs (success, failure) of the same query of
     ``log(1 + exp(s_fail - s_success))``; 0 where a query has no such pair."""
-    diff = scores[:, None, :] - scores[:, :, None]          # [Q, pos, neg] = s_pos - s_neg
+    diff = scores[:, :, None] - scores[:, None, :]          # [Q, pos, neg] = s_pos - s_neg
     pair = success[:, :, None] * (1.0 - success[:, None, :])
     return (pair * jax.nn.softplus(-diff)).sum() / jnp.maximum(pair.sum(), 1.0)
 
