@@ -99,3 +99,30 @@ def test_task_world_has_no_shortcut():
     hits = [np.mean(g[(tag_rule + s) % task.n_rules, tok[:, -1]] == y)
             for s in range(task.n_rules)]
     assert max(hits) < 1.0 / task.n_rules + 0.1
+
+
+def test_hf_encoder_mean_pools_under_the_attention_mask():
+    class Out:
+        def __init__(self, h):
+            self.last_hidden_state = h
+
+    def tokenizer(texts, **kw):
+        n = max(len(t) for t in texts)
+        mask = np.array([[1] * len(t) + [0] * (n - len(t)) for t in texts])
+        return {"input_ids": mask.copy(), "attention_mask": mask}
+
+    def model(input_ids, attention_mask):
+        h = np.cumsum(np.ones(input_ids.shape), axis=1)[..., None].repeat(2, -1)
+        return Out(h)
+
+    out = maze.hf_encoder(model, tokenizer).encode(["ab", "abcd"])
+    assert np.allclose(out[:, 0], [1.5, 2.5])
+
+
+def test_lm_encoder_pools_a_transformer_and_ignores_padding():
+    task = maze.RuleTask(k=1)
+    model = maze.Transformer(maze.reader_config(task, 16, 1), rngs=nnx.Rngs(0))
+    enc = maze.lm_encoder(model, task.tokenize)
+    both = enc.encode(["v1 o2 v3", "t1 v2"])
+    alone = maze.lm_encoder(model, task.tokenize).encode(["t1 v2"])
+    assert both.shape == (2, 16) and np.allclose(both[1], alone[0], atol=1e-5)
