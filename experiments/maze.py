@@ -201,9 +201,11 @@ def run(config, workdir: str) -> dict:
     sc = np.array([maze.vote(r) for r in got["a"]]) == a_te
     acc["self_consistency"], calls["self_consistency"] = float(sc.mean()), n
     wall["self_consistency"] = wall["best_of_n"]
-    measure("best_of_n_zero_shot", lambda: (
-        got.__setitem__("z", lm.sample(q_te, None, n, config.seed, zero_shot=True))
-        or (got["z"] == a_te[:, None]).any(1)), n)
+    def sampled_zero_shot():
+        got["z"] = lm.sample(q_te, None, n, config.seed, zero_shot=True)
+        return (got["z"] == a_te[:, None]).any(1)
+
+    measure("best_of_n_zero_shot", sampled_zero_shot, n)
     acc["self_consistency_zero_shot"] = float(np.mean(
         np.array([maze.vote(r) for r in got["z"]]) == a_te))
     calls["self_consistency_zero_shot"] = n
