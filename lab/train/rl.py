@@ -586,15 +586,23 @@ class RLTrainer:
         Args:
           dataset: a ``datasets.Dataset`` or a list of dicts with a ``"prompt"`` column and
             whatever the reward functions read (``exact_match`` reads ``"answer"``);
-            ``"task"`` (if present) keys the success rates.
+            ``"task"`` (if present) keys the success rates. Or an online source: a
+            callable ``source(step, model) -> rows`` (a list of such dicts) called once per
+            step with the current policy, e.g. the states an environment visits under it
+            (then ``config.max_prompt_len`` must be set; the rows must be a pure function
+            of the step and the model for an exact resume).
           eval_fn: ``eval_fn(model, step) -> dict``, every ``eval_every`` steps and at the
             end, logged with an ``eval/`` prefix.
         """
         cfg = self.config
-        n = len(dataset)
-        if n == 0:
+        if callable(dataset):
+            if cfg.max_prompt_len is None:
+                raise ValueError("RLConfig.max_prompt_len=None with an online source; "
+                                 "expected the prompts' token budget (an int)")
+        elif len(dataset) == 0:
             raise ValueError("dataset is empty; expected rows with a 'prompt' column")
         if cfg.max_prompt_len is None:
+            n = len(dataset)
             width = max(len(self.tokenizer.encode(r["prompt"], add_bos=cfg.add_bos))
                         for r in _rows(dataset, range(n)))
             cfg = cfg.replace(max_prompt_len=width)
@@ -663,7 +671,14 @@ class RLTrainer:
               step_fn, controller):
         """One RL step; returns the new states and the step's metric record."""
         t0 = time.perf_counter()
-        rows = _rows(dataset, step_indices(len(dataset), cfg.prompts_per_step, s, cfg.seed))
+        if callable(dataset):
+            rows = list(dataset(s, model))
+            if not rows:
+                raise ValueError(f"the online source returned no rows at step {s}; expected "
+                                 "at least one dict with a 'prompt'")
+        else:
+            rows = _rows(dataset, step_indices(len(dataset), cfg.prompts_per_step, s,
+                                               cfg.seed))
         ro = rollout(model, self.tokenizer, rows, cfg, seed=_seed(cfg.seed, s))
         t1 = time.perf_counter()
         rewards = ro.scores.total

@@ -219,6 +219,28 @@ def test_toy_policy_converges_to_the_best_token():
     assert np.all(p_c > 0.95), p_c
 
 
+def test_online_source_gets_the_current_policy_each_step_and_learns():
+    """A callable dataset is an online source: called once per step with that step's
+    policy (here it records what the greedy policy answers and serves both prompts)."""
+    model, tok = _toy_model(), LetterTokenizer()
+    seen = []
+
+    def source(step, policy):
+        out = evaluate(policy, tok, TOY_ROWS, _toy_config(max_prompt_len=2))
+        seen.append((step, out["reward"]))
+        return TOY_ROWS
+
+    trainer = RLTrainer(model, tok, _toy_config(max_prompt_len=2, clip_eps_high=0.28,
+                                                aggregation="token"))
+    trainer.fit(source)
+    assert [s for s, _ in seen] == list(range(30))
+    assert seen[-1][1] == 1.0 and trainer.history[-1]["reward"] == 1.0
+    with pytest.raises(ValueError, match="max_prompt_len"):
+        RLTrainer(_toy_model(), tok, _toy_config()).fit(source)
+    with pytest.raises(ValueError, match="no rows at step 0"):
+        RLTrainer(_toy_model(), tok, _toy_config(max_prompt_len=2)).fit(lambda s, m: [])
+
+
 def test_success_hook_and_adaptive_kl_run_and_log():
     model, tok = _toy_model(1), LetterTokenizer()
     cfg = _toy_config(steps=6, kl_coef=0.1, kl_target=0.01, kl_horizon=2)
