@@ -202,9 +202,14 @@ class GuiEnv:
         return f"goal: visit {g['first']} then {g['then']}"
 
     def render(self) -> str:
-        """The screen as text: the goal, the page, one line per element."""
+        """The screen as text: the goal, the page (with the goal's pages visited so far, in
+        a navigate task: the screen alone then tells what remains, as a real agent's
+        history would), one line per element."""
         self._need()
-        lines = [self.goal_text(), f"@{self.s['page']}"]
+        page = f"@{self.s['page']}"
+        if self.s["task"] == "navigate" and self.s["visited"]:
+            page += " visited " + " ".join(self.s["visited"])
+        lines = [self.goal_text(), page]
         lines += [e.text() for e in self.elements()]
         return "\n".join(lines)
 
