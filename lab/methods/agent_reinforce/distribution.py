@@ -6,10 +6,11 @@ optimisation; Bernoulli edges with logits as in GPTSwarm, Zhuge et al. 2024).
 
 - width ``w ~ Cat(width)`` over ``1..max_width``, depth ``d ~ Cat(depth)`` over
   ``0..max_depth``;
-- each node ``(l, i)`` with ``l <= d, i < w``: model ``~ Cat(model[l, i])`` over the pool;
-  for ``l >= 1`` role ``~ Cat(role[l - 1, i])`` over :data:`LAYER_ROLES`;
-- each cross-column edge ``(l - 1, j) -> (l, i)``, ``j != i``: ``~ Bernoulli(sigmoid(
-  edge[l - 1, i, j]))`` (the own column's edge is always there);
+- each node ``(k, i)`` (layer ``k``, column ``i``) with ``k <= d, i < w``: model
+  ``~ Cat(model[k, i])`` over the pool;
+  for ``k >= 1`` role ``~ Cat(role[k - 1, i])`` over :data:`LAYER_ROLES`;
+- each cross-column edge ``(k - 1, j) -> (k, i)``, ``j != i``: ``~ Bernoulli(sigmoid(
+  edge[k - 1, i, j]))`` (the own column's edge is always there);
 - the final aggregator's model ``~ Cat(aggregator)``.
 
 The variables that exist depend only on ``(w, d)``, so ``log_prob`` sums to 1 over the space
@@ -116,26 +117,26 @@ class GraphDistribution:
         w = cat(self._lp("width")) + 1
         d = cat(self._lp("depth"))
         lm, lr, pe = self._lp("model"), self._lp("role"), self.probs("edge")
-        models = tuple(tuple(cat(lm[l, i]) for i in range(w)) for l in range(d + 1))
-        roles = tuple(tuple(cat(lr[l, i]) for i in range(w)) for l in range(d))
-        edges = tuple(tuple(tuple(bool(j != i and rng.random() < pe[l, i, j])
-                                  for j in range(w)) for i in range(w)) for l in range(d))
+        models = tuple(tuple(cat(lm[k, i]) for i in range(w)) for k in range(d + 1))
+        roles = tuple(tuple(cat(lr[k, i]) for i in range(w)) for k in range(d))
+        edges = tuple(tuple(tuple(bool(j != i and rng.random() < pe[k, i, j])
+                                  for j in range(w)) for i in range(w)) for k in range(d))
         return Choices(w, d, models, roles, edges, cat(self._lp("aggregator")))
 
     def log_prob(self, c: Choices) -> float:
         lm, lr, le = self._lp("model"), self._lp("role"), self.logits["edge"]
         out = self._lp("width")[c.w - 1] + self._lp("depth")[c.d] + self._lp("aggregator")[
             c.aggregator]
-        for l in range(c.d + 1):
+        for k in range(c.d + 1):
             for i in range(c.w):
-                out += lm[l, i, c.models[l][i]]
-        for l in range(c.d):
+                out += lm[k, i, c.models[k][i]]
+        for k in range(c.d):
             for i in range(c.w):
-                out += lr[l, i, c.roles[l][i]]
+                out += lr[k, i, c.roles[k][i]]
                 for j in range(c.w):
                     if j != i:
-                        x = le[l, i, j]
-                        out += _log_sigmoid(x) if c.edges[l][i][j] else _log_sigmoid(-x)
+                        x = le[k, i, j]
+                        out += _log_sigmoid(x) if c.edges[k][i][j] else _log_sigmoid(-x)
         return float(out)
 
     def grad_log_prob(self, c: Choices) -> dict[str, np.ndarray]:
@@ -151,15 +152,15 @@ class GraphDistribution:
         g["depth"] = onehot(self._lp("depth"), c.d)
         g["aggregator"] = onehot(self._lp("aggregator"), c.aggregator)
         lm, lr, pe = self._lp("model"), self._lp("role"), self.probs("edge")
-        for l in range(c.d + 1):
+        for k in range(c.d + 1):
             for i in range(c.w):
-                g["model"][l, i] = onehot(lm[l, i], c.models[l][i])
-        for l in range(c.d):
+                g["model"][k, i] = onehot(lm[k, i], c.models[k][i])
+        for k in range(c.d):
             for i in range(c.w):
-                g["role"][l, i] = onehot(lr[l, i], c.roles[l][i])
+                g["role"][k, i] = onehot(lr[k, i], c.roles[k][i])
                 for j in range(c.w):
                     if j != i:
-                        g["edge"][l, i, j] = float(c.edges[l][i][j]) - pe[l, i, j]
+                        g["edge"][k, i, j] = float(c.edges[k][i][j]) - pe[k, i, j]
         for k in ("model", "aggregator"):
             g[k] = np.where(np.isfinite(self.mask), g[k], 0.0)
         return g
@@ -182,10 +183,11 @@ class GraphDistribution:
         d = int(np.argmax(self._lp("depth")))
         lm, lr, pe = self._lp("model"), self._lp("role"), self.probs("edge")
         return Choices(
-            w, d, tuple(tuple(int(np.argmax(lm[l, i])) for i in range(w)) for l in range(d + 1)),
-            tuple(tuple(int(np.argmax(lr[l, i])) for i in range(w)) for l in range(d)),
-            tuple(tuple(tuple(bool(j != i and pe[l, i, j] > 0.5) for j in range(w))
-                        for i in range(w)) for l in range(d)),
+            w, d,
+            tuple(tuple(int(np.argmax(lm[k, i])) for i in range(w)) for k in range(d + 1)),
+            tuple(tuple(int(np.argmax(lr[k, i])) for i in range(w)) for k in range(d)),
+            tuple(tuple(tuple(bool(j != i and pe[k, i, j] > 0.5) for j in range(w))
+                        for i in range(w)) for k in range(d)),
             int(np.argmax(self._lp("aggregator"))))
 
     def enumerate(self, limit: int = 200_000):
@@ -200,16 +202,16 @@ class GraphDistribution:
             raise ValueError(f"the space has {total} graphs > limit={limit}")
         for w in range(1, self.max_width + 1):
             for d in range(self.max_depth + 1):
-                offdiag = [(l, i, j) for l in range(d) for i in range(w) for j in range(w)
+                offdiag = [(k, i, j) for k in range(d) for i in range(w) for j in range(w)
                            if j != i]
                 for ms in itertools.product(range(m), repeat=(d + 1) * w):
-                    models = tuple(tuple(ms[l * w:(l + 1) * w]) for l in range(d + 1))
+                    models = tuple(tuple(ms[k * w:(k + 1) * w]) for k in range(d + 1))
                     for rs in itertools.product(range(nr), repeat=d * w):
-                        roles = tuple(tuple(rs[l * w:(l + 1) * w]) for l in range(d))
+                        roles = tuple(tuple(rs[k * w:(k + 1) * w]) for k in range(d))
                         for es in itertools.product((False, True), repeat=len(offdiag)):
                             e = np.zeros((d, w, w), bool)
-                            for (l, i, j), v in zip(offdiag, es, strict=True):
-                                e[l, i, j] = v
+                            for (k, i, j), v in zip(offdiag, es, strict=True):
+                                e[k, i, j] = v
                             edges = tuple(tuple(tuple(bool(x) for x in row) for row in lay)
                                           for lay in e)
                             for a in range(m):

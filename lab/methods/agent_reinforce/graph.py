@@ -2,9 +2,9 @@
 model assignments, edges the information flow).
 
 A :class:`CollaborationGraph` is a DAG of :class:`Node` s; each node has a role from
-:data:`ROLES` and a model index into a pool (:class:`~lab.methods.agent_reinforce.executor.ModelPool`).
-What a role does with its parents' chains is :class:`~lab.methods.agent_reinforce.executor.Executor`'s
-business; the graph only fixes who reads whom and which node answers (``output``).
+:data:`ROLES` and a model index into a pool (:class:`~.executor.ModelPool`). What a role
+does with its parents' chains is the :class:`~.executor.Executor`'s business;
+the graph only fixes who reads whom and which node answers (``output``).
 
 :func:`best_of_n`, :func:`self_refine` and :func:`debate` build the fixed topologies the
 search is compared against (repeated sampling with a vote; one chain refined round after
