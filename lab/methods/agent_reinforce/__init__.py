@@ -33,8 +33,26 @@ from lab.methods.agent_reinforce.graph import (
     layered,
     self_refine,
 )
+from lab.methods.agent_reinforce.search import (
+    METHODS,
+    Evaluation,
+    Feedback,
+    FeedbackAgent,
+    FeedbackItem,
+    LLMAnalyst,
+    Objective,
+    RuleBasedAnalyst,
+    Trace,
+    check_budget,
+    hypervolume,
+    pareto_front,
+    parse_feedback,
+    search,
+)
 
-__all__ = ["LAYER_ROLES", "ROLES", "Chains", "Choices", "CollaborationGraph", "Executor",
-           "GraphDistribution", "ModelPool", "Node", "NodeOutcome", "Problems", "Result",
-           "best_of_n", "debate", "layered", "least_confident_step", "self_refine",
-           "step_spans", "vote"]
+__all__ = ["LAYER_ROLES", "METHODS", "ROLES", "Chains", "Choices", "CollaborationGraph",
+           "Evaluation", "Executor", "Feedback", "FeedbackAgent", "FeedbackItem",
+           "GraphDistribution", "LLMAnalyst", "ModelPool", "Node", "NodeOutcome", "Objective",
+           "Problems", "Result", "RuleBasedAnalyst", "Trace", "best_of_n", "check_budget",
+           "debate", "hypervolume", "layered", "least_confident_step", "pareto_front",
+           "parse_feedback", "search", "self_refine", "step_spans", "vote"]
