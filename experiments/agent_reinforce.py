@@ -383,8 +383,6 @@ def _report(r) -> str:
         f"d={lv['hard']['depth']}; easy: {lv['easy']['model']} w={lv['easy']['width']} "
         f"d={lv['easy']['depth']}; transfer losses easy {lv['easy_loss']:.3f}, hard "
         f"{lv['hard_loss']:.3f}.\n",
-        "## Claims\n", outputs.claims_table(r["claims"]), "\n",
-        "## Regime\n", outputs.regime_table(r["regime"]), "\n",
         "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
 
 
