@@ -109,8 +109,8 @@ def claim_rules(m: dict) -> list[dict]:
                       f"alone: it uses another model and beats the best largest-model-only "
                       f"graph by >= {MIX_MARGIN} held out",
                       "held-out best - best largest-only; best uses another model",
-                      [mix["test_best"] - mix["test_largest"], mix["mixed"]],
-                      bool(mix["mixed"] and mix["test_best"] - mix["test_largest"]
+                      [mix["test_best"] - mix["test_largest"], mix["other_model"]],
+                      bool(mix["other_model"] and mix["test_best"] - mix["test_largest"]
                            >= MIX_MARGIN)),
         outputs.claim(f"Insight 2a: accuracy vs width (largest model, votes) rises by >= "
                       f"{KNOB_GAIN} then saturates (last step <= {SATURATION:.2f} of the gain) "
@@ -302,7 +302,7 @@ def run(config, workdir: str) -> dict:
     mix = {"best": best_g.signature(names), "dev_best": best_acc,
            "test_best": ex.run(best_g, test).accuracy, "largest": lb_g.signature(names),
            "dev_largest": lb_acc, "test_largest": ex.run(lb_g, test).accuracy,
-           "mixed": not _only(best_g, big)}
+           "other_model": not _only(best_g, big)}
 
     # Insight 3: the grid's optimum under the joint objective, per level, and its transfer.
     opt = {}

@@ -30,14 +30,14 @@ def test_agent_reinforce_runs_end_to_end_at_the_test_preset(tmp_path):
 
 
 def _fab(agent=0.7, reinforce=0.6, random=0.6, fixed=0.6, hv=(0.5, 0.4, 0.4), best=0.72,
-         largest=0.65, mixed=True, width=(0.5, 0.6, 0.62, 0.62), depth=(0.5, 0.7, 0.68),
+         largest=0.65, other=True, width=(0.5, 0.6, 0.62, 0.62), depth=(0.5, 0.7, 0.68),
          differ=True, loss=0.05, gap=0.2, ratio=2.0, spread=0.2, majority=0.05):
     return {
         "auc": {"agent": [agent] * 3, "reinforce": [reinforce] * 3, "random": [random] * 3},
         "test": {"agent": [agent] * 3, "reinforce": [reinforce] * 3, "random": [random] * 3},
         "fixed_test": {"best_of_n": fixed, "self_refine": fixed - 0.1, "debate": fixed - 0.2},
         "hypervolume": dict(zip(exp.SEARCHES, hv, strict=True)),
-        "mix": {"test_best": best, "test_largest": largest, "mixed": mixed},
+        "mix": {"test_best": best, "test_largest": largest, "other_model": other},
         "width_curve": list(width), "depth_curve": list(depth),
         "levels": {"differ": differ, "easy_loss": loss, "hard_loss": 0.0},
         "single": [{"accuracy": 0.3, "flops": 1.0}, {"accuracy": 0.3 + gap, "flops": ratio}],
@@ -53,7 +53,7 @@ def test_claim_rules_hold_and_fail():
     assert _holds(exp.claim_rules(_fab())) == [True] * 8
     for i, kw in [(0, dict(agent=0.6)), (0, dict(random=0.8, fixed=0.5)),
                   (1, dict(reinforce=0.75, fixed=0.5)), (2, dict(fixed=0.75)),
-                  (3, dict(hv=(0.3, 0.4, 0.2))), (4, dict(mixed=False)),
+                  (3, dict(hv=(0.3, 0.4, 0.2))), (4, dict(other=False)),
                   (4, dict(best=0.66)), (5, dict(width=(0.5, 0.6, 0.7, 0.8))),
                   (5, dict(width=(0.5, 0.51, 0.51, 0.51))), (6, dict(depth=(0.5, 0.6, 0.7))),
                   (7, dict(differ=False)), (7, dict(loss=0.01))]:
