@@ -11,6 +11,7 @@ from configs.agent_reinforce import get_config
 from experiments import agent_reinforce as exp
 
 
+@pytest.mark.slow
 def test_agent_reinforce_runs_end_to_end_at_the_test_preset(tmp_path):
     results = exp.run(get_config("test"), str(tmp_path))
     for name in ("config.json", "results.json", "report.md", "agent_reinforce.png"):
