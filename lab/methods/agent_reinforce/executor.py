@@ -95,9 +95,10 @@ class ModelPool:
 
 
 def _leaves(model):
+    import jax
     from flax import nnx
 
-    return [v for v in __import__("jax").tree_util.tree_leaves(nnx.state(model, nnx.Param))]
+    return jax.tree_util.tree_leaves(nnx.state(model, nnx.Param))
 
 
 @dataclasses.dataclass
@@ -309,7 +310,7 @@ class Executor:
     # -- roles
     def _lp(self, m: int, problems: Problems, ch: Chains):
         """``(lp, flops)``: the chains' token log-probabilities under model ``m``, free when
-        ``m`` wrote them (or a node of ``m`` already read them), else one scoring call,
+        they came with the chain (the node that made it ran ``m``), else one scoring call,
         computed once and charged to every node that asks."""
         if m in ch.lp:
             return ch.lp[m], 0
