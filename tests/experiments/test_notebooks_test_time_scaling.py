@@ -21,3 +21,7 @@ def test_notebook_executes(monkeypatch):
     m = re.search(r"top paths under the hand-built scorer: \[\[(\d+), (\d+)\]", text)
     assert m and (int(m.group(1)), int(m.group(2))) == (1, 3)
     assert "MAZE claims held:" in text
+    # Agent-REINFORCE: the tiny space normalises, and its experiment reports its claims.
+    assert "sum of p over the tiny space: 1.0" in text
+    assert re.search(r"accuracy \d\.\d{3}, [\d.]+ MFLOPs per problem", text)
+    assert "AGENT-REINFORCE claims held:" in text
