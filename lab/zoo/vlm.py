@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -99,7 +100,7 @@ TOKENIZER = VLMTokenizer()
 
 def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: int = 32,
                size: int = 32, patch_size: int = 4, vision_init: float = 0.02,
-               n_heads: int | None = None) -> VLMConfig:
+               n_heads: int | None = None, merge: int = 2) -> VLMConfig:
     """A zoo VLM: ViT and decoder of width ``d_model`` (``vision_layers`` / ``n_layers``
     blocks), one frame per temporal patch, ``patch_size`` pixels, ``2 x 2`` merge (a
     32x32 frame with 4-pixel patches is 16 tokens), a decoder whose position budget holds
@@ -108,8 +109,8 @@ def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: i
     hd = d_model // heads
     half = hd // 2
     sections = (half - 2 * (half // 3), half // 3, half // 3)
-    per = (size // (2 * patch_size)) ** 2
-    max_len = 16 + max_frames * (per + 2) + 4 * 5
+    per = (size // (merge * patch_size)) ** 2
+    max_len = 2 + 16 + max_frames * (per + 2) + 4 * 5  # bos, question, frames, answer, options
     tok = TOKENIZER
     return VLMConfig(
         text=TransformerConfig(vocab_size=tok.vocab_size, d_model=d_model, n_layers=n_layers,
@@ -117,7 +118,7 @@ def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: i
                                max_len=max_len, tie_embeddings=False, mrope_section=sections),
         vision=VisionConfig(d_model=d_model, n_layers=vision_layers, n_heads=heads,
                             d_ff=3 * d_model, patch_size=patch_size, temporal_patch_size=1,
-                            spatial_merge_size=2, out_dim=d_model,
+                            spatial_merge_size=merge, out_dim=d_model,
                             num_position_embeddings=((size // patch_size) // 2) ** 2,
                             init_std=vision_init),
         image_token_id=tok.image_id, video_token_id=tok.video_id,
@@ -135,7 +136,7 @@ def check_frames(frames, config: VLMConfig, name: str = "frames") -> np.ndarray:
         raise ValueError(f"{name} has dtype {arr.dtype}; expected uint8 RGB values in [0, 255]")
     if arr.ndim != 5 or arr.shape[-1] != 3 or arr.shape[1] < 1:
         raise ValueError(f"{name} has shape {arr.shape}; expected [B, F, H, W, 3] (F >= 1)")
-    step = 2 * config.vision.patch_size
+    step = config.vision.spatial_merge_size * config.vision.patch_size
     h, w = arr.shape[2:4]
     if h != w or h % step:
         raise ValueError(f"{name} has frames of {h}x{w}; expected square frames whose side is "
@@ -357,10 +358,12 @@ def _loss_fn(graphdef, rest, grid, region_weight: float):
         region_acc = jnp.sum(obj & (jnp.argmax(logits, -1) == labels)) / jnp.maximum(
             obj.sum(), 1)
         if region_weight:
-            has = labels >= 0
+            # object tokens and empty ones averaged apart: most tokens are empty canvas
+            empty = labels == TOKENIZER.pad_id
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
-            total = total + region_weight * jnp.sum(jnp.where(has, ce, 0.0)) / jnp.maximum(
-                has.sum(), 1)
+            on_obj = jnp.sum(jnp.where(obj, ce, 0.0)) / jnp.maximum(obj.sum(), 1)
+            on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
+            total = total + region_weight * (on_obj + 0.2 * on_empty)
         return total, ((jnp.argmax(s, -1) == answer).mean(), region_acc)
     return loss
 
@@ -473,9 +476,9 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
 
 def evaluate_rows(model: VLM, ds, *, batch_size: int = 64) -> dict:
     """Accuracy by ``question_type`` (and ``"all"``) of ``ds``'s rows with all frames
-    (``all_frames``) and with the evidence frames only (``evidence_only``; image rows:
-    the same as all frames): ``{"all_frames": {type: acc}, "evidence_only": ..., "n":
-    {type: rows}}``."""
+    (``all_frames``), with the evidence frames only (``evidence_only``) and with every frame
+    blank (``no_frames``, the question-only baseline); image rows: ``all_frames`` only.
+    ``{"all_frames": {type: acc}, ..., "n": {type: rows}}``."""
     videos = render_rows(ds)
     answer = np.asarray(ds["answer_index"])
     types = np.asarray(ds["question_type"])
@@ -484,6 +487,7 @@ def evaluate_rows(model: VLM, ds, *, batch_size: int = 64) -> dict:
     modes = {"all_frames": None}
     if ds[0]["task"] == "video_qa":
         modes["evidence_only"] = ds["evidence_frames"]
+        modes["no_frames"] = [[] for _ in range(len(ds))]
     for mode, keep in modes.items():
         post = posteriors(model, videos, ds["question"], ds["options"], keep=keep,
                           batch_size=batch_size)
@@ -492,3 +496,315 @@ def evaluate_rows(model: VLM, ds, *, batch_size: int = 64) -> dict:
         acc["all"] = float(right.mean())
         out[mode] = acc
     return out
+
+
+# ----------------------------------------------------------------------------- the zoo
+
+HELD_OUT_SEED_OFFSET = 7919
+HARD_TYPES = ("ordering", "counting", "summary")
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimeBounds:
+    """The regime a zoo VLM is checked against (held out, ``n_per_type`` rows a type).
+
+    margin:  all-frames accuracy >= chance + ``margin`` on every question type.
+    ceiling: all-frames accuracy <= ``ceiling`` on every type of :data:`HARD_TYPES`.
+    evidence_slack: evidence-only accuracy >= all-frames accuracy - ``evidence_slack``
+             (overall).
+    """
+
+    margin: float = 0.08
+    ceiling: float = 0.9
+    evidence_slack: float = 0.0
+
+
+def regime_checks(result: Mapping, n_options: int = 4,
+                  bounds: RegimeBounds = RegimeBounds()) -> dict:
+    """Whether one model's held-out result (:func:`evaluate_rows`) is in the regime:
+    ``above_chance`` (every type), ``below_ceiling`` (hard types), ``evidence_at_least_all``
+    and ``ok`` (all three), with the failing types listed."""
+    chance = 1.0 / n_options
+    acc, ev = result["all_frames"], result["evidence_only"]
+    types = [t for t in acc if t != "all"]
+    low = [t for t in types if acc[t] < chance + bounds.margin]
+    high = [t for t in HARD_TYPES if t in acc and acc[t] > bounds.ceiling]
+    checks = {"above_chance": not low, "below_ceiling": not high,
+              "evidence_at_least_all": ev["all"] >= acc["all"] - bounds.evidence_slack,
+              "types_near_chance": low, "hard_types_at_ceiling": high,
+              "chance": chance, "bounds": dataclasses.asdict(bounds)}
+    checks["ok"] = checks["above_chance"] and checks["below_ceiling"] and \
+        checks["evidence_at_least_all"]
+    return checks
+
+
+def family_checks(results: Sequence[tuple[str, Mapping]]) -> dict:
+    """Whether each model of ``results`` (``(name, held_out)`` from smallest to largest) is
+    more accurate with all frames overall than the one before it."""
+    if len(results) < 2:
+        raise ValueError(f"results has {len(results)} models; expected at least two")
+    violations = [f"{a} {ra['all_frames']['all']:.3f} >= {b} {rb['all_frames']['all']:.3f}"
+                  for (a, ra), (b, rb) in itertools.pairwise(results)
+                  if not rb["all_frames"]["all"] > ra["all_frames"]["all"]]
+    return {"ordered": not violations, "violations": violations}
+
+
+@dataclasses.dataclass(frozen=True)
+class VLMSpec:
+    """A zoo VLM: its :class:`lab.nn.VLMConfig`, the training stages (:func:`train_stages`),
+    the held-out set (``eval``: ``video_qa`` arguments, ``n_per_type`` rows per question
+    type, and ``image_qa`` arguments with ``n_image`` rows for the perception check) and
+    the seed. ``name`` and ``description`` are not hashed."""
+
+    name: str
+    model: VLMConfig
+    stages: tuple
+    eval: Mapping[str, Any]
+    seed: int = 0
+    description: str = ""
+
+    def hashed_fields(self) -> dict:
+        from lab.zoo.spec import _canonical
+
+        return _canonical({"format": VLM_FORMAT, "model": self.model.to_dict(),
+                           "stages": [dict(s) for s in self.stages], "eval": dict(self.eval),
+                           "seed": self.seed, "tokenizer": list(SPECIALS + WORDS)})
+
+    def digest(self) -> str:
+        text = json.dumps(self.hashed_fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.digest()}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, **self.hashed_fields()}
+
+
+def held_out(spec: VLMSpec):
+    """``(video rows, image rows)`` of the spec's held-out set (another seed than training's)."""
+    e = spec.eval
+    seed = spec.seed + HELD_OUT_SEED_OFFSET
+    videos = video_qa(e["n_per_type"] * len(e["video_qa"].get("question_types",
+                                                                QUESTION_TYPES)),
+                      seed, **e["video_qa"])
+    images = image_qa(e["n_image"], seed, **e["image_qa"]) if e.get("n_image") else None
+    return videos, images
+
+
+def train_vlm(spec: VLMSpec, progress: bool = False) -> tuple[VLM, dict]:
+    """Trains the spec's model and measures it held out; ``(model, metrics)``."""
+    from absl import logging
+
+    from lab import host
+
+    t0, c0 = time.time(), time.process_time()
+    model = VLM(spec.model, rngs=nnx.Rngs(spec.seed))
+    curve = train_stages(model, spec.stages, seed=spec.seed,
+                         log=(lambda r: logging.info("vlm %s: %s", spec.name, r))
+                         if progress else None)
+    t1, c1 = time.time(), time.process_time()
+    videos, images = held_out(spec)
+    result = evaluate_rows(model, videos)
+    metrics = {"held_out": result,
+               "regime": regime_checks(result, len(videos[0]["options"])),
+               "curve": curve,
+               "params": int(sum(np.size(v) for v in jax.tree_util.tree_leaves(
+                   nnx.state(model, nnx.Param)))),
+               "seconds": {"train": t1 - t0, "train_cpu": c1 - c0,
+                           "eval": time.time() - t1, "eval_cpu": time.process_time() - c1},
+               "host": host.describe()}
+    if images is not None:
+        metrics["held_out_images"] = evaluate_rows(model, images)
+    return model, metrics
+
+
+def model_from_flat(config: VLMConfig, flat: Mapping[str, np.ndarray], where: str) -> VLM:
+    """A :class:`VLM` with ``flat`` (dotted paths) as its parameters; every key and shape
+    must match (:class:`lab.zoo.store.CorruptEntry` names the first that does not)."""
+    from lab.zoo.store import CorruptEntry
+
+    abstract = nnx.eval_shape(lambda: VLM(config, rngs=nnx.Rngs(0)))
+    graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))
+    values = []
+    names = []
+    for path, leaf in leaves:
+        k = ".".join(str(p.key) for p in path)
+        names.append(k)
+        if k not in flat:
+            raise CorruptEntry(f"{where}: parameter {k} is missing")
+        if tuple(flat[k].shape) != tuple(leaf.shape):
+            raise CorruptEntry(f"{where}: parameter {k} has shape {tuple(flat[k].shape)}, "
+                               f"expected {tuple(leaf.shape)}")
+        values.append(jnp.asarray(flat[k], dtype=leaf.dtype))
+    extra = sorted(set(flat) - set(names))
+    if extra:
+        raise CorruptEntry(f"{where}: unexpected parameters {extra[:3]}")
+    nnx.replace_by_pure_dict(state, jax.tree_util.tree_unflatten(treedef, values))
+    return nnx.merge(graphdef, state, rest)
+
+
+# How many times this process trained each entry (tests check that a cached load does not).
+TRAININGS: dict[str, int] = {}
+
+
+def _read(root: str, spec: VLMSpec) -> tuple[VLM, dict]:
+    import os
+
+    from lab.zoo.store import read_files
+
+    path = os.path.join(root, spec.key)
+    flat, metrics = read_files(path, spec.digest())
+    return model_from_flat(spec.model, flat, f"zoo entry {path}"), metrics
+
+
+def load_spec(spec: VLMSpec, *, source: str | None = None, progress: bool = True
+              ) -> tuple[VLM, VLMTokenizer]:
+    """``(model, tokenizer)`` of ``spec``: shipped (``lab/zoo/weights``), cached
+    (``$LAB_CACHE/zoo``) or trained now and cached, with :func:`lab.zoo.load`'s ``source``
+    rules; every load is recorded in :func:`lab.zoo.loads`. A corrupt cache entry is moved
+    aside and retrained."""
+    import os
+    import shutil  # noqa: F401  (kept beside os for symmetry with lab.zoo)
+
+    from absl import logging
+
+    from lab import zoo
+    from lab.zoo.store import (
+        CorruptEntry,
+        entry_keys,
+        entry_lock,
+        quarantine,
+        shipped_dir,
+        write_files,
+        zoo_dir,
+    )
+
+    if not isinstance(spec, VLMSpec):
+        raise ValueError(f"load_spec expects a VLMSpec, got {type(spec).__name__}")
+    source = zoo.resolve_source(source)
+    key, notes = spec.key, []
+
+    def record(where, path, metrics):
+        zoo.record_load({"name": spec.name, "key": key, "source": where, "path": path,
+                         "train_seconds": (metrics.get("seconds") or {}).get("train"),
+                         "trained_on": (metrics.get("host") or {}).get("cpu"),
+                         "stored_dtype": (metrics.get("shipped") or {}).get("dtype",
+                                                                           "float32"),
+                         "notes": notes[:]})
+
+    if source in ("auto", "shipped"):
+        keys = entry_keys(shipped_dir(), spec.name)
+        if key in keys:
+            try:
+                model, metrics = _read(shipped_dir(), spec)
+                record("shipped", os.path.join(shipped_dir(), key), metrics)
+                return model, TOKENIZER
+            except CorruptEntry as e:
+                notes.append(f"the shipped entry cannot be trusted: {e}")
+        elif keys:
+            notes.append(f"the shipped {spec.name} is {', '.join(keys)}, trained by another "
+                         f"recipe than {key}'s")
+        if notes:
+            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
+        if source == "shipped":
+            raise ValueError(f"source='shipped' but Lab ships no usable entry {key} "
+                             f"({'; '.join(notes) or 'none of that name'})")
+    root, path = zoo_dir(), os.path.join(zoo_dir(), key)
+    with entry_lock(key, root):
+        if source != "train" or TRAININGS.get(key):
+            try:
+                model, metrics = _read(root, spec)
+                record("trained" if TRAININGS.get(key) else "cached", path, metrics)
+                return model, TOKENIZER
+            except FileNotFoundError:
+                pass
+            except CorruptEntry as e:
+                logging.warning("zoo: %s; moved it to %s and retraining", e, quarantine(path))
+        model, metrics = train_vlm(spec, progress=progress)
+        write_files(key, {k: np.asarray(v) for k, v in _flat(model).items()},
+                    {"spec": spec.to_dict(), "digest": spec.digest(), "format": VLM_FORMAT},
+                    metrics, root=root)
+        TRAININGS[key] = TRAININGS.get(key, 0) + 1
+    record("trained", path, metrics)
+    return model, TOKENIZER
+
+
+def _flat(model: VLM) -> dict[str, np.ndarray]:
+    from lab.zoo.store import flatten_params
+
+    return flatten_params(model)
+
+
+def family_regime(names: Sequence[str] = ("vlm-xs", "vlm-s"), *, source: str | None = None
+                  ) -> dict:
+    """:func:`family_checks` of the named models (loaded or trained first), smallest first."""
+    from lab import zoo
+
+    results = []
+    for name in names:
+        zoo.load(name, source=source)
+        results.append((name, zoo.metrics(name)["held_out"]))
+    return family_checks(results)
+
+
+# ----------------------------------------------------------------------------- named models
+
+VIDEO = {"frames": 16, "size": 32, "distractors": (0, 2)}
+IMAGE = {"size": 32, "low_size": 32, "object_size": (7, 9), "distractors": (0, 3)}
+
+
+def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3e-3,
+           batch: int = 32, video_batch: int = 16, region_weight: float = 1.0,
+           video: Mapping = VIDEO, image: Mapping = IMAGE) -> tuple:
+    """The zoo's curriculum: ``perception_steps`` on single images (image_qa, dense region
+    targets), then videos with only the evidence frames (non-evidence frames blank), then
+    a half-and-half mix of evidence-only and full videos."""
+    return (
+        {"image_qa": dict(image), "steps": perception_steps, "batch": batch,
+         "learning_rate": lr, "n_train": 8000, "region_weight": region_weight},
+        {"video_qa": dict(video), "steps": video_steps[0], "batch": video_batch,
+         "learning_rate": lr, "n_train": 4000, "region_weight": region_weight / 2,
+         "p_blank": 1.0},
+        {"video_qa": dict(video), "steps": video_steps[1], "batch": video_batch,
+         "learning_rate": lr * 2 / 3, "n_train": 4000, "region_weight": region_weight / 2,
+         "p_blank": 0.5},
+    )
+
+
+def _eval(n_per_type: int, n_image: int) -> dict:
+    return {"video_qa": dict(VIDEO), "n_per_type": n_per_type, "image_qa": dict(IMAGE),
+            "n_image": n_image}
+
+
+NAMED: dict[str, VLMSpec] = {
+    "vlm-test": VLMSpec(
+        name="vlm-test", model=vlm_config(32, 1, 1, max_frames=4, size=16),
+        stages=({"image_qa": {"size": 16, "low_size": 16, "object_size": 8, "distractors": 0,
+                              "question_types": "colour"},
+                 "steps": 100, "batch": 16, "learning_rate": 1e-2, "n_train": 1024,
+                 "region_weight": 0.0},),
+        eval={"video_qa": {"frames": 4, "size": 16, "distractors": 0, "object_size": 7,
+                           "question_types": ("lookup",), "max_count": 2,
+                           "event_len": 1},
+              "n_per_type": 16, "image_qa": {"size": 16, "low_size": 16, "object_size": 8,
+                                             "distractors": 0, "question_types": "colour"},
+              "n_image": 64},
+        description="tiny, for tests: the colour of the one object in a 16x16 image"),
+    "vlm-xs": VLMSpec(
+        name="vlm-xs", model=vlm_config(64, 2, 2), stages=recipe(400, (150, 150)),
+        eval=_eval(200, 256),
+        description="ViT and decoder of width 64, 2 + 2 blocks, 16 tokens per 32x32 frame"),
+    "vlm-s": VLMSpec(
+        name="vlm-s", model=vlm_config(96, 3, 3), stages=recipe(400, (150, 150)),
+        eval=_eval(200, 256),
+        description="ViT and decoder of width 96, 3 + 3 blocks, 16 tokens per 32x32 frame"),
+}
+
+
+def get_spec(name: str) -> VLMSpec:
+    if name not in NAMED:
+        raise ValueError(f"VLM zoo model {name!r} is unknown; expected one of {sorted(NAMED)}")
+    return NAMED[name]
