@@ -794,13 +794,13 @@ NAMED: dict[str, VLMSpec] = {
               "n_image": 64},
         description="tiny, for tests: the colour of the one object in a 16x16 image"),
     "vlm-xs": VLMSpec(
-        name="vlm-xs", model=vlm_config(64, 2, 2), stages=recipe(400, (150, 150)),
+        name="vlm-xs", model=vlm_config(64, 2, 2), stages=recipe(1000, (200, 200)),
         eval=_eval(200, 256),
         description="ViT and decoder of width 64, 2 + 2 blocks, 16 tokens per 32x32 frame"),
     "vlm-s": VLMSpec(
-        name="vlm-s", model=vlm_config(96, 3, 3), stages=recipe(400, (150, 150)),
+        name="vlm-s", model=vlm_config(96, 2, 2), stages=recipe(1000, (200, 200)),
         eval=_eval(200, 256),
-        description="ViT and decoder of width 96, 3 + 3 blocks, 16 tokens per 32x32 frame"),
+        description="ViT and decoder of width 96, 2 + 2 blocks, 16 tokens per 32x32 frame"),
 }
 
 

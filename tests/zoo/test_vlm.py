@@ -172,3 +172,18 @@ def test_tiny_vlm_learns_a_colour_and_is_cached(tmp_path, monkeypatch):
     assert V.TRAININGS[spec.key] == count and zoo.loads()[-1]["source"] == "trained"  # read
     a, b = V._flat(model), V._flat(again)
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.deep
+def test_named_vlms_are_in_the_regime():
+    """vlm-xs and vlm-s (trained on first use, about 10 and 15 CPU-minutes, or cached):
+    every question type above chance with all frames, the hard types below the ceiling,
+    evidence-only at least as accurate as all frames, and the larger model the more
+    accurate. docs/zoo.md has the measured table; this re-reads it from the entries."""
+    family = V.family_regime(("vlm-xs", "vlm-s"))
+    for name in ("vlm-xs", "vlm-s"):
+        m = zoo.metrics(name)
+        no_frames = m["held_out"]["no_frames"]["all"]
+        assert abs(no_frames - 0.25) < 0.08, (name, no_frames)   # the question alone: chance
+        assert m["regime"]["ok"], (name, m["regime"], m["held_out"])
+    assert family["ordered"], family
