@@ -347,6 +347,16 @@ def _blank_mask(ds, rng, p_blank: float) -> np.ndarray | None:
     return keep
 
 
+def _colour_rows(rows, rng) -> np.ndarray:
+    """Rows whose region targets name colours instead of kinds: the questions answered by a
+    colour (image_qa ``colour``, lookup's colour template, summary) and half of negation's."""
+    qt = rows["question_type"]
+    template = rows["template"] if "template" in rows.column_names else [0] * len(qt)
+    return np.array([q == "colour" or (q == "lookup" and t == 0) or q == "summary"
+                     or (q == "negation" and rng.random() < 0.5)
+                     for q, t in zip(qt, template, strict=True)])
+
+
 def _loss_fn(graphdef, rest, grid, region_weight: float):
     def loss(params, ids, valid, pixels, rope, nxt, options, opt_valid, answer, labels):
         m = nnx.merge(graphdef, params, rest)
@@ -368,7 +378,8 @@ def _loss_fn(graphdef, rest, grid, region_weight: float):
     return loss
 
 
-def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER) -> np.ndarray:
+def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER,
+                  colour_rows=None) -> np.ndarray:
     """``int32 [B, F, n]``: for each merged visual token (an ``m P x m P`` pixel region of a
     frame), the word id of the kind of the object covering most of its pixels (at least
     ``min_pixels``, the topmost object owning a pixel), else ``tokenizer.pad_id`` (empty).
@@ -377,8 +388,11 @@ def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER) ->
 
     r = config.vision.patch_size * config.vision.spatial_merge_size
     kind_ids = np.array([tokenizer.vocab[k] for k in KINDS])
+    colour_ids = np.array([tokenizer.vocab[c] for c in COLOUR_NAMES])
     out = []
-    for row in ds:
+    for ri, row in enumerate(ds):
+        by_colour = colour_rows is not None and bool(colour_rows[ri])
+        names = colour_ids if by_colour else kind_ids
         f, size = row["frames"], row["size"]
         owner = np.full((f, size, size), -1, np.int64)
         for obj in row["objects"]:
@@ -387,7 +401,7 @@ def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER) ->
             t = np.arange(obj["t0"], min(obj["t1"], f))
             xs, ys = positions(obj, t)
             for ti, x, y in zip(t, xs, ys, strict=True):
-                owner[ti, y:y + h, x:x + w][mask] = obj["kind"]
+                owner[ti, y:y + h, x:x + w][mask] = obj["colour" if by_colour else "kind"]
         g = size // r
         blocks = owner.reshape(f, g, r, g, r).transpose(0, 1, 3, 2, 4).reshape(f, g * g, r * r)
         lab = np.full((f, g * g), tokenizer.pad_id, np.int32)
@@ -396,7 +410,7 @@ def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER) ->
                 px = blocks[fi, j]
                 px = px[px >= 0]
                 if px.size >= MIN_REGION_PIXELS:
-                    lab[fi, j] = kind_ids[np.bincount(px).argmax()]
+                    lab[fi, j] = names[np.bincount(px).argmax()]
         out.append(lab)
     return np.stack(out)
 
@@ -445,7 +459,8 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
             enc = encode(config, videos, rows["question"], rows["options"])
             weight = float(st.get("region_weight", 0.0))
             if weight:
-                labels = region_labels(rows, config)
+                colour_rows = _colour_rows(rows, rng) if st.get("region_colour") else None
+                labels = region_labels(rows, config, colour_rows=colour_rows)
                 if keep is not None:
                     labels = np.where(keep[:, :, None], labels, TOKENIZER.pad_id)
                 labels = prompt_labels(enc, labels)
