@@ -682,7 +682,6 @@ def load_spec(spec: VLMSpec, *, source: str | None = None, progress: bool = True
     rules; every load is recorded in :func:`lab.zoo.loads`. A corrupt cache entry is moved
     aside and retrained."""
     import os
-    import shutil  # noqa: F401  (kept beside os for symmetry with lab.zoo)
 
     from absl import logging
 
