@@ -1,6 +1,8 @@
 """Named small LMs that Lab ships trained, or trains on its synthetic tasks on first use.
 
-``zoo.load("lm-xs-long") -> (model, tokenizer)``; ``zoo.list()`` names them and says
+``zoo.load("lm-xs-long") -> (model, tokenizer)``; the VLM zoo's ``zoo.load("vlm-xs")``
+gives a :class:`lab.nn.VLM` and its word tokenizer (:mod:`lab.zoo.vlm`); ``zoo.list()`` names
+them and says
 where each would come from; ``zoo.regime("cot-s")`` gives a reasoning model's measured
 chain-of-thought regime (:mod:`lab.zoo.reasoning`); ``zoo.load_spec(ZooSpec(...))`` loads
 or trains a method's own model (``zoo.spec_from_config`` builds one from a launcher's
@@ -34,6 +36,7 @@ import shutil
 from absl import logging
 
 from lab.data import ByteTokenizer
+from lab.zoo import vlm
 from lab.zoo.evaluate import evaluate
 from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec, byte_lm, spec_from_config, train_recipe
 from lab.zoo.store import (
@@ -72,7 +75,7 @@ def list(source: str | None = None) -> dict[str, dict]:  # noqa: A001 - the issu
     (nothing verified yet: a corrupt entry is found at load time)."""
     source = resolve_source(source)
     out = {}
-    for name, spec in NAMED.items():
+    for name, spec in {**NAMED, **vlm.NAMED}.items():
         key = spec.key
         if source in ("auto", "shipped") and key in entry_keys(shipped_dir(), name):
             where = "shipped"
@@ -85,6 +88,8 @@ def list(source: str | None = None) -> dict[str, dict]:  # noqa: A001 - the issu
 
 
 def get_spec(name: str) -> ZooSpec:
+    if name in vlm.NAMED:
+        return vlm.NAMED[name]
     if name not in NAMED:
         raise ValueError(f"zoo model {name!r} is unknown; expected one of {sorted(NAMED)}")
     return NAMED[name]
@@ -225,6 +230,8 @@ def load(name: str, *, source: str | None = None, on_corrupt: str = "retrain",
          progress: bool = True):
     """``(model, tokenizer)`` of the named model (``zoo.list()``): shipped, cached or trained
     (``source``: see the module docstring)."""
+    if name in vlm.NAMED:
+        return vlm.load_spec(vlm.NAMED[name], source=source, progress=progress)
     return load_spec(get_spec(name), source=source, on_corrupt=on_corrupt, progress=progress)
 
 
@@ -242,7 +249,7 @@ def load_model(name_or_dir: str | os.PathLike, *, dtype=None, progress: bool = T
     A zoo name wins over a directory of the same name. Anything else raises ValueError
     naming the argument and the zoo's names.
     """
-    if isinstance(name_or_dir, str) and name_or_dir in NAMED:
+    if isinstance(name_or_dir, str) and (name_or_dir in NAMED or name_or_dir in vlm.NAMED):
         return load(name_or_dir, progress=progress)
     if is_checkpoint_dir(name_or_dir):
         from lab import hf  # only real checkpoints need the tokenizers package
@@ -255,10 +262,11 @@ def load_model(name_or_dir: str | os.PathLike, *, dtype=None, progress: bool = T
                      "model.safetensors)")
 
 
-def metrics(spec: ZooSpec | str) -> dict:
+def metrics(spec: ZooSpec | vlm.VLMSpec | str) -> dict:
     """The stored ``metrics.json`` (train / held-out accuracy per task, training time and host)
     of the entry this process last loaded for ``spec``, else of its shipped entry, else of its
-    cache entry."""
+    cache entry. A VLM's: held-out accuracy by question type with all frames, with the
+    evidence frames only and with no frames, and its regime checks (:mod:`lab.zoo.vlm`)."""
     spec = get_spec(spec) if isinstance(spec, str) else spec
     loaded = [r["path"] for r in _LOADS if r["key"] == spec.key]
     shipped = os.path.join(shipped_dir(), spec.key)
@@ -293,7 +301,7 @@ def regime(spec: ZooSpec | str, *, source: str | None = None) -> dict:
 
 
 __all__ = [
-    "NAMED", "SOURCES", "TRAININGS", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root",
+    "NAMED", "SOURCES", "TRAININGS", "vlm", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root",
     "entry_path", "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base",
     "load_model", "load_spec", "loads", "metrics", "regime", "resolve_source", "shipped_dir",
     "spec_from_config", "train_recipe",
