@@ -328,7 +328,8 @@ def main_table(r) -> list[dict]:
 
 
 def _report(r) -> str:
-    curve_rows = [{"arm": arm, **c} for arm, cs in r["curves"].items() for c in cs]
+    curve_rows = [{"arm": arm, **c} for arm, cs in r["curves"].items()
+                  for c in distinct_checkpoints(cs)]
     cols = ["arm", "step", "step_accuracy", "grounding_accuracy", "success"]
     return "\n".join([
         f"Policies: SFT arms {' '.join(r['policies']['sft'])}, RL arms "
