@@ -343,8 +343,6 @@ def _report(r) -> str:
         outputs.markdown_table(curve_rows, cols), "\n",
         f"Offline-to-online rank correlation over the checkpoints: Spearman "
         f"{outputs.format_value(r['spearman'])}.\n",
-        "## Claims\n", outputs.claims_table(r["claims"]), "\n",
-        "## Regime\n", outputs.regime_table(r["regime"]), "\n",
         "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
 
 

@@ -250,8 +250,6 @@ def _report(r) -> str:
         f"pairwise AUC {r['auc']:.3f}, ranking loss {r['scorer_loss']['first']:.3f} -> "
         f"{r['scorer_loss']['last']:.3f}; logged {r['logged_calls_per_train_query']:.0f} "
         "calls per training query.\n",
-        "## Claims\n", outputs.claims_table(r["claims"]), "\n",
-        "## Regime\n", outputs.regime_table(r["regime"]), "\n",
         "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
 
 

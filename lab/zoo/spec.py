@@ -25,13 +25,20 @@ UNHASHED_TRAIN_KEYS = ("progress", "log_every", "eval_every", "checkpoint_every"
 DATA_KEYS = ("tasks", "n_train", "n_eval", "seed")
 
 
-def _canonical(value: Any) -> Any:
+def canonical(value: Any) -> Any:
     """JSON-ready form with tuples as lists and mapping keys sorted (for hashing)."""
     if isinstance(value, Mapping):
-        return {str(k): _canonical(value[k]) for k in sorted(value)}
+        return {str(k): canonical(value[k]) for k in sorted(value)}
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        return [canonical(v) for v in value]
     return value
+
+
+def digest_of(fields: Mapping) -> str:
+    """First 12 hex digits of the SHA-256 of ``fields`` as sorted, compact JSON: the key
+    digest of every zoo spec (text and VLM)."""
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +144,11 @@ class ZooSpec:
                   "prompt_weight": self.prompt_weight, "tokenizer": "bytes"}
         if self.init:  # only when set: specs without a base keep their digests
             fields["init"] = self.base().key
-        return _canonical(fields)
+        return canonical(fields)
 
     def digest(self) -> str:
         """First 12 hex digits of the SHA-256 of :meth:`hashed_fields` as sorted JSON."""
-        text = json.dumps(self.hashed_fields(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return digest_of(self.hashed_fields())
 
     @property
     def key(self) -> str:
@@ -151,12 +157,12 @@ class ZooSpec:
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "model": self.model.to_dict(),
-               "train": _canonical(dict(self.train)), "data": _canonical(dict(self.data)),
+               "train": canonical(dict(self.train)), "data": canonical(dict(self.data)),
                "seq_len": self.seq_len, "batch_size": self.batch_size, "pack": self.pack,
                "prompt_weight": self.prompt_weight, "init": self.init,
                "description": self.description}
         if self.regime is not None:  # only when set: other specs' spec.json stay as they were
-            out["regime"] = _canonical(dict(self.regime))
+            out["regime"] = canonical(dict(self.regime))
         return out
 
     @classmethod

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -579,15 +577,16 @@ class VLMSpec:
     description: str = ""
 
     def hashed_fields(self) -> dict:
-        from lab.zoo.spec import _canonical
+        from lab.zoo.spec import canonical
 
-        return _canonical({"format": VLM_FORMAT, "model": self.model.to_dict(),
+        return canonical({"format": VLM_FORMAT, "model": self.model.to_dict(),
                            "stages": [dict(s) for s in self.stages], "eval": dict(self.eval),
                            "seed": self.seed, "tokenizer": list(SPECIALS + WORDS)})
 
     def digest(self) -> str:
-        text = json.dumps(self.hashed_fields(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        from lab.zoo.spec import digest_of
+
+        return digest_of(self.hashed_fields())
 
     @property
     def key(self) -> str:
