@@ -91,7 +91,8 @@ def get_spec(name: str) -> ZooSpec:
     if name in vlm.NAMED:
         return vlm.NAMED[name]
     if name not in NAMED:
-        raise ValueError(f"zoo model {name!r} is unknown; expected one of {sorted(NAMED)}")
+        raise ValueError(f"zoo model {name!r} is unknown; expected one of "
+                         f"{sorted({**NAMED, **vlm.NAMED})}")
     return NAMED[name]
 
 
