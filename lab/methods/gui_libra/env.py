@@ -202,8 +202,8 @@ class GuiEnv:
         return f"goal: visit {g['first']} then {g['then']}"
 
     def render(self) -> str:
-        """The screen as text: the goal, the page (with the goal's pages visited so far, in
-        a navigate task: the screen alone then tells what remains, as a real agent's
+        """The screen as text: the goal, the page (in a navigate task followed by the top
+        pages visited so far: the screen alone then tells what remains, as a real agent's
         history would), one line per element."""
         self._need()
         page = f"@{self.s['page']}"
