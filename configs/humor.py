@@ -25,7 +25,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.preset = preset
     c.seed = 0
-    c.perception = ml_collections.ConfigDict(dict(colour_steps=300, steps=1000, d_model=32))
+    c.perception = ml_collections.ConfigDict(dict(colour_steps=300, steps=1000, d_model=32,
+                                                  n_eval=128))
     c.data = ml_collections.ConfigDict(dict(n_train=300, n_val=100, n_test=200, n_captions=6))
     c.noise_levels = (0.0, 0.2, 0.35)    # label-flip probabilities of the RM comparison
     c.seeds = (0, 1)                     # data and RM seeds of the RM comparison
@@ -42,7 +43,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.max_new = 100                      # completion budget (a 3-path hierarchy is ~90 bytes)
     c.width = 32                         # prompt tokens (the prompts are at most 30)
     if preset == "test":
-        c.perception.update(colour_steps=10, steps=10)
+        c.perception.update(colour_steps=0, steps=10, n_eval=16)
+        c.seeds = (0,)
         c.data.update(n_train=32, n_val=16, n_test=16, n_captions=4)
         c.noise_levels = (0.0, 0.3)
         c.rm.update(steps=20, eval_every=10)

@@ -45,8 +45,9 @@ SHORTCUT_TOL = 0.1       # regime: shortcut pair accuracy within this of chance
 
 def _checks():
     pos = (lambda v: v >= 1, "an int >= 1")
-    return {"perception.steps": pos, "perception.colour_steps": pos, "data.n_train": pos,
-            "data.n_val": pos,
+    return {"perception.steps": pos,
+            "perception.colour_steps": (lambda v: v >= 0, "an int >= 0"),
+            "data.n_train": pos, "data.n_val": pos,
             "data.n_test": pos, "data.n_captions": (lambda v: v >= 2, "an int >= 2"),
             "rm.steps": pos, "sft.steps": pos, "sft.batch": pos,
             "sft.n_paths": (lambda v: v >= 2, "an int >= 2"), "rl.steps": pos,
@@ -282,7 +283,7 @@ def run(config, workdir: str) -> dict:
     d = config.data
     pc = config.perception
     vlm, _ = H.load_perception(pc.steps, colour_steps=pc.colour_steps, d_model=pc.d_model,
-                               seed=config.seed)
+                               seed=config.seed, n_eval=pc.n_eval)
     timing = {"perception_s": time.time() - t0}
     test = H.meme_groups(d.n_test, seed=config.seed + 9_000, n_captions=d.n_captions)
     test_p = _perceive(vlm, test)
