@@ -14,8 +14,8 @@ W_TONE * [tone = incongruity(scene, intent)]``, where the incongruity tone is ``
 when ``scene + intent`` is odd (an interaction of the two attributes, so neither the
 caption alone nor one attribute decides it). The weights make all eight agreement
 patterns score differently. The filler words do not count: caption length is drawn
-independently of the score, so a length heuristic stays at chance (the brief's length
-penalty would have made length a shortcut, so there is none).
+independently of the score, so a length heuristic stays at chance (a length penalty in
+the preference would have made length a shortcut, so there is none).
 
 A group (HUMOR, "group-wise preference": captions that share a template are compared)
 is one image with ``n_captions`` candidate captions drawn uniformly; its labels are every
