@@ -333,6 +333,8 @@ def policy_table(r) -> list[dict]:
                      "distinct-path fraction": div[name]["distinct_fraction"]
                      if name in div else None,
                      "distinct paths / template": div[name]["distinct"]
+                     if name in div else None,
+                     "anchored-path fraction": div[name]["anchored_fraction"]
                      if name in div else None})
     return rows
 

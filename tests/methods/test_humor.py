@@ -122,6 +122,10 @@ def test_path_diversity_on_hand_cases():
     assert d["per_template"] == pytest.approx({"t1": 8 / 12, "t2": 0.0, "t3": 0.0})
     assert d["distinct"] == pytest.approx((2 + 1 + 1) / 3)
     assert d["malformed"] == pytest.approx(1 / 6)
+    # anchored paths: t1 [fb, fb], t2 [fb, fb], t3 [fb]: no diversity across samples
+    assert d["anchored_fraction"] == 0.0
+    c = H.format_cot("dry", [("fire", "box"), ("leaf", "ball")], 2, "leaf ball dry")
+    assert H.path_diversity({"t": [a, c]})["anchored_fraction"] == 1.0
 
 
 def test_rm_reward_scores_captions_and_bad_outputs_are_named():

@@ -201,11 +201,20 @@ def path_diversity(completions_by_template: dict[str, Sequence[str]]) -> dict:
     """Diversity of the reasoning paths: per template, every path line of every parsed
     completion is pooled; ``distinct_fraction`` is the mean over pairs of pooled paths of
     [the two differ] (0 when fewer than two paths), ``distinct`` the number of distinct
-    paths. Returns the means over templates, the per-template values and the fraction of
-    completions outside the grammar."""
-    per, counts, bad, total = {}, {}, 0, 0
+    paths; ``anchored_fraction`` is the same pair fraction over the anchored paths alone
+    (one per completion: diversity across samples, which the multi-path targets do not
+    give by construction). Returns the means over templates, the per-template values and
+    the fraction of completions outside the grammar."""
+    def differ(paths):
+        k = len(paths)
+        if k < 2:
+            return 0.0
+        _, cnt = np.unique(paths, return_counts=True)
+        return 1.0 - float(np.sum(cnt * (cnt - 1))) / (k * (k - 1))
+
+    per, anchored, counts, bad, total = {}, {}, {}, 0, 0
     for t, comps in completions_by_template.items():
-        paths = []
+        paths, anchors = [], []
         for c in comps:
             total += 1
             p = parse_cot(c)
@@ -213,18 +222,14 @@ def path_diversity(completions_by_template: dict[str, Sequence[str]]) -> dict:
                 bad += 1
                 continue
             paths += [" ".join(x) for x in p["paths"]]
-        k = len(paths)
-        if k < 2:
-            per[t] = 0.0
-        else:
-            _, cnt = np.unique(paths, return_counts=True)
-            same = float(np.sum(cnt * (cnt - 1)))
-            per[t] = 1.0 - same / (k * (k - 1))
+            anchors.append(" ".join(p["paths"][p["anchor"] - 1]))
+        per[t], anchored[t] = differ(paths), differ(anchors)
         counts[t] = len(set(paths))
     if not per:
         raise ValueError("completions_by_template is empty; expected at least one template")
     return {"distinct_fraction": float(np.mean(list(per.values()))),
             "distinct": float(np.mean(list(counts.values()))), "per_template": per,
+            "anchored_fraction": float(np.mean(list(anchored.values()))),
             "malformed": bad / max(total, 1)}
 
 
