@@ -219,7 +219,7 @@ def _se_paired(a, b) -> float:
 def claim_rules(m: dict) -> list[dict]:
     """Claims on measured ``m``: ``rm`` (``accuracy["<noise>/<seed>/<kind>"]``),
     ``noise_levels``, ``seeds``, ``arms`` (``agreement``, ``per_group``) and
-    ``diversity`` (``per_template`` distinct fractions)."""
+    ``diversity`` (``anchored_fraction`` and its ``per_template_anchored`` values)."""
     acc, seeds = m["rm"]["accuracy"], m["seeds"]
     diffs, holds = [], True
     for noise in [n for n in m["noise_levels"] if n > 0]:
@@ -240,15 +240,20 @@ def claim_rules(m: dict) -> list[dict]:
         f"Group-wise RL with the RM reward raises the hidden-preference agreement of the "
         f"generated captions (by > {SE_MULT:g} paired standard errors)",
         "agreement rl_multi - sft_multi", d, bool(d > SE_MULT * se)))
-    pm, ps = m["diversity"]["multi"]["per_template"], m["diversity"]["single"]["per_template"]
+    # Across samples only: the anchored path, one per completion. The pooled fraction also
+    # counts pairs within one multi-path completion, which its targets make distinct by
+    # construction, so it is reported but decides nothing.
+    pm = m["diversity"]["multi"]["per_template_anchored"]
+    ps = m["diversity"]["single"]["per_template_anchored"]
     keys = sorted(pm)
-    dd = m["diversity"]["multi"]["distinct_fraction"] - m["diversity"]["single"][
-        "distinct_fraction"]
+    dd = m["diversity"]["multi"]["anchored_fraction"] - m["diversity"]["single"][
+        "anchored_fraction"]
     se = _se_paired([pm[k] for k in keys], [ps.get(k, 0.0) for k in keys])
     out.append(outputs.claim(
-        f"Multi-path generation gives more distinct reasoning paths per template than "
-        f"single-path (by > {SE_MULT:g} paired standard errors over templates)",
-        "distinct-path fraction multi - single", dd, bool(dd > SE_MULT * se)))
+        f"Multi-path generation gives more distinct anchored reasoning paths across samples "
+        f"per template than single-path (by > {SE_MULT:g} paired standard errors over "
+        f"templates)", "anchored-path distinct fraction multi - single", dd,
+        bool(dd > SE_MULT * se)))
     return out
 
 

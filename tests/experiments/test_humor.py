@@ -42,9 +42,9 @@ def _fab(pw=(0.95, 0.9, 0.8), pt=(0.93, 0.85, 0.7), seeds_spread=0.01, rl=0.7, s
                 "per_group": [v + (0.3 if (i // k) % 2 else -0.3) for i in range(n)]}
 
     def div(v, k):
-        return {"distinct_fraction": v,
-                "per_template": {t: v + (0.05 if (i // k) % 2 else -0.05) for i, t in
-                                 enumerate(temps)}}
+        return {"anchored_fraction": v,
+                "per_template_anchored": {t: v + (0.05 if (i // k) % 2 else -0.05)
+                                          for i, t in enumerate(temps)}}
     return {"rm": {"accuracy": acc, "shortcuts": {"length": 0.5, "most_frequent": shortcut,
                                                   "caption_only": 0.49}},
             "noise_levels": noise, "seeds": [0, 1],

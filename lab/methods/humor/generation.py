@@ -203,8 +203,9 @@ def path_diversity(completions_by_template: dict[str, Sequence[str]]) -> dict:
     [the two differ] (0 when fewer than two paths), ``distinct`` the number of distinct
     paths; ``anchored_fraction`` is the same pair fraction over the anchored paths alone
     (one per completion: diversity across samples, which the multi-path targets do not
-    give by construction). Returns the means over templates, the per-template values and
-    the fraction of completions outside the grammar."""
+    give by construction). Returns the means over templates, the per-template values of
+    both (``per_template``, ``per_template_anchored``) and the fraction of completions
+    outside the grammar."""
     def differ(paths):
         k = len(paths)
         if k < 2:
@@ -230,6 +231,7 @@ def path_diversity(completions_by_template: dict[str, Sequence[str]]) -> dict:
     return {"distinct_fraction": float(np.mean(list(per.values()))),
             "distinct": float(np.mean(list(counts.values()))), "per_template": per,
             "anchored_fraction": float(np.mean(list(anchored.values()))),
+            "per_template_anchored": anchored,
             "malformed": bad / max(total, 1)}
 
 
