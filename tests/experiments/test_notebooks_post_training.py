@@ -18,3 +18,5 @@ def test_notebook_executes(monkeypatch):
     assert "malformed action -> malformed reward 0.0" in text
     assert "decisive spans:" in text and "GUI chance:" in text
     assert "GUI-LIBRA claims held:" in text
+    assert "labels flipped:" in text and "shortcut caption_only" in text
+    assert "HUMOR claims held:" in text
