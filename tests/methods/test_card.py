@@ -47,7 +47,7 @@ def test_verbose_solver_is_noisy_and_mostly_correct():
     rows = card.problems(300, 0, steps=(2, 4), digits=2)
     rng = np.random.default_rng(0)
     texts = [card.verbose_solution(r["operands"], r["ops"], rng) for r in rows]
-    ex = [card.execute(t, r["operands"], r["ops"]) for t, r in zip(texts, rows)]
+    ex = [card.execute(t, r["operands"], r["ops"]) for t, r in zip(texts, rows, strict=True)]
     correct = np.mean([e.answer_correct for e in ex])
     assert 0.5 < correct < 0.95
     assert card.incoherent_fraction(texts, [r["problem"] for r in rows]) > 0.15
