@@ -1,5 +1,6 @@
-"""CARD: teacher trajectories rewritten by an RL-trained rewriter (distribution-alignment
-and logical-coherence rewards), then distilled into a small student.
+"""CARD (Cognition-Aligned Reasoning Distillation): teacher trajectories rewritten by an
+RL-trained rewriter (distribution-alignment and logical-coherence rewards), then distilled
+into a small student.
 
 - :mod:`lab.methods.card.coherence`: the step executor and the coherence reward;
 - :mod:`lab.methods.card.trajectories`: teacher trajectories (a zoo model sampled at

@@ -1,9 +1,9 @@
 """CARD's coherence executor: every step of a written chain re-computed and checked.
 
-CARD ("CARD: teacher trajectories rewritten for the student", the logical-coherence
-reward) penalises failed and misleading steps and requires the final answer to stay
-correct. On :func:`lab.data.synthetic.arithmetic` chains the executor walks the written
-steps (:func:`lab.data.synthetic.arithmetic.parse_chain`) against the problem:
+CARD (Cognition-Aligned Reasoning Distillation; its Logical Coherence Reward) penalises
+failed and misleading steps and requires the final answer to stay correct. On
+:func:`lab.data.synthetic.arithmetic` chains the executor walks the written steps
+(:func:`lab.data.synthetic.arithmetic.parse_chain`) against the problem:
 
 * ``advance``: the step is the problem's next operation on the current value, with the
   right result (the current value moves on);
