@@ -1,0 +1,68 @@
+"""The CARD experiment end to end at the ``test`` preset; its claim and regime rules on
+fabricated results (each seen holding and failing)."""
+
+import json
+import os
+
+import pytest
+
+from configs.card import get_config
+from experiments import card as exp
+
+
+def test_card_runs_end_to_end_at_the_test_preset(tmp_path):
+    results = exp.run(get_config("test"), str(tmp_path / "out"))
+    for name in ("config.json", "results.json", "report.md", "card.png"):
+        assert os.path.exists(tmp_path / "out" / name), name
+    on_disk = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 8
+    assert len(results["regime"]) == 5
+    for src in exp.SOURCES:
+        for n in ("4", "8"):
+            assert set(results["students"][src][n]) == set(exp.SETS)
+            assert all(len(v) == 2 for v in results["students"][src][n].values())
+    assert len(exp.main_table(results)) == 3 * 2 + 1 + 3
+
+
+def _fab(rw=(0.70, 0.72), raw=(0.60, 0.62), filt=(0.66, 0.69), coh=(0.5, 0.8),
+         al=(-0.6, -0.4), se=0.05, base=0.5, incoherent=0.2, teacher=0.8, copy=0.9,
+         short=0.01):
+    def by_set(v):
+        return {"64": {s: list(v) for s in exp.SETS}, "256": {s: list(v) for s in exp.SETS}}
+    return {"students": {"rewritten": by_set(rw), "raw": by_set(raw), "filtered": by_set(filt)},
+            "rewriter": {"init": {"coherence": coh[0], "alignment": al[0]},
+                         "rl": {"coherence": coh[1], "alignment": al[1]},
+                         "se": {"coherence": se, "alignment": se}},
+            "base": {s: base for s in exp.SETS}, "incoherent_raw": incoherent,
+            "teacher_accuracy": teacher, "copy_rate": copy,
+            "shortcuts": {"majority": {s: short for s in exp.SETS}}}
+
+
+def _holds(rules):
+    return [r["holds"] for r in rules]
+
+
+def test_claims_hold_on_a_case_built_for_them_and_fail_one_by_one():
+    assert _holds(exp.claim_rules(_fab())) == [True] * 8
+    overlap = _holds(exp.claim_rules(_fab(raw=(0.6, 0.71))))   # seeds overlap
+    assert overlap[0:6:2] == [False] * 3 and overlap[1:6:2] == [True] * 3
+    assert _holds(exp.claim_rules(_fab(filt=(0.72, 0.74))))[1:6:2] == [False] * 3
+    assert not exp.claim_rules(_fab(coh=(0.5, 0.55)))[6]["holds"]   # within 2 SE
+    assert not exp.claim_rules(_fab(al=(-0.4, -0.6)))[7]["holds"]
+
+
+def test_regime_holds_in_range_and_fails_outside():
+    assert _holds(exp.regime_rules(_fab())) == [True] * 5
+    assert not exp.regime_rules(_fab(base=0.0))[0]["holds"]
+    assert not exp.regime_rules(_fab(base=0.97))[0]["holds"]
+    assert not exp.regime_rules(_fab(incoherent=0.01))[1]["holds"]
+    assert not exp.regime_rules(_fab(teacher=1.0))[2]["holds"]
+    assert not exp.regime_rules(_fab(copy=0.1))[3]["holds"]
+    assert not exp.regime_rules(_fab(short=0.3))[4]["holds"]
+
+
+def test_bad_config_is_refused_naming_the_key():
+    c = get_config("test")
+    c.rl.group_size = 1
+    with pytest.raises(ValueError, match="rl.group_size"):
+        exp.check_config(c)
