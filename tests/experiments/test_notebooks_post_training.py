@@ -20,3 +20,5 @@ def test_notebook_executes(monkeypatch):
     assert "GUI-LIBRA claims held:" in text
     assert "labels flipped:" in text and "shortcut caption_only" in text
     assert "HUMOR claims held:" in text
+    assert "executor labels: ('wrong', 'advance', 'misleading', 'advance')" in text
+    assert "CARD claims held:" in text
