@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from configs.humor import get_config
-from lab import launch, outputs
+from lab import infer, launch, outputs
 from lab.config import check
 from lab.methods import humor as H
 from lab.nn import Transformer
@@ -126,9 +126,9 @@ def agreement(captions, groups) -> dict:
 
 
 def _captions(model, tok, words, config, temperature=0.0, seed=0):
-    comps = H.generate(model, tok, [H.prompt(*w) for w in words],
-                       max_new_tokens=config.max_new, width=config.width,
-                       temperature=temperature, seed=seed)
+    comps = infer.complete(model, tok, [H.prompt(*w) for w in words],
+                           max_new_tokens=config.max_new, width=config.width,
+                           temperature=temperature, seed=seed)
     return comps, [H.completion_caption(c) for c in comps]
 
 
@@ -138,9 +138,9 @@ def _diversity(model, tok, test, test_p, config, seed):
         if len(by_t[t]) < config.diversity.samples:
             by_t[t].append(g)
     idx = [g for t in sorted(by_t) for g in by_t[t]]
-    comps = H.generate(model, tok, [H.prompt(*test_p["words"][g]) for g in idx],
-                       max_new_tokens=config.max_new, width=config.width,
-                       temperature=config.diversity.temperature, seed=seed)
+    comps = infer.complete(model, tok, [H.prompt(*test_p["words"][g]) for g in idx],
+                           max_new_tokens=config.max_new, width=config.width,
+                           temperature=config.diversity.temperature, seed=seed)
     grouped = collections.defaultdict(list)
     for g, c in zip(idx, comps, strict=True):
         grouped[test["template"][g]].append(c)

@@ -453,17 +453,9 @@ def _rows(dataset, indices) -> list[dict]:
 
 def encode_prompts(tokenizer, prompts: Sequence[str], width: int | None, add_bos: bool = True
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded ``(ids [N, width], lengths [N])`` of the prompts; raises ValueError
-    naming the first prompt longer than ``width``."""
-    ids = [tokenizer.encode(p, add_bos=add_bos) for p in prompts]
-    width = max(len(x) for x in ids) if width is None else width
-    out = np.full((len(ids), width), tokenizer.pad_id, np.int32)
-    for i, x in enumerate(ids):
-        if len(x) > width:
-            raise ValueError(f"prompt {i} has {len(x)} tokens > RLConfig.max_prompt_len="
-                             f"{width}; raise max_prompt_len")
-        out[i, :len(x)] = x
-    return out, np.array([len(x) for x in ids], np.int32)
+    """:func:`lab.infer.encode_prompts` with the RL learner's setting named in its error."""
+    return infer.encode_prompts(tokenizer, prompts, width, add_bos,
+                                 name="RLConfig.max_prompt_len")
 
 
 def rollout(model, tokenizer, rows: Sequence[Mapping], config: RLConfig, *, seed: int = 0,

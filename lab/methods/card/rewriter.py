@@ -18,8 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 from flax import nnx
 
+from lab.infer import complete
 from lab.methods.card.coherence import coherence_for_prompt
-from lab.methods.card.student import complete, mean_token_logprob, train_sft
+from lab.methods.card.student import mean_token_logprob, train_sft
 from lab.nn import Transformer
 from lab.train import rewards
 from lab.train.rl import RLConfig, RLTrainer

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -17,30 +16,6 @@ from lab.data.batching import step_indices
 from lab.data.synthetic.arithmetic import parse_answer, parse_prompt
 from lab.train import TrainConfig, Trainer, sft_loss
 from lab.train.losses import token_logprobs
-from lab.train.rl import encode_prompts
-
-
-def complete(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int,
-             temperature: float = 0.0, seed: int = 0, batch: int = 128) -> list[str]:
-    """One completion per prompt (greedy at ``temperature=0``), in batches of ``batch``
-    rows (the last padded, so one compiled shape serves every call), cut at EOS."""
-    prompts = list(prompts)
-    if not prompts:
-        return []
-    width = max(len(tokenizer.encode(p, add_bos=True)) for p in prompts)
-    texts = []
-    for j, i in enumerate(range(0, len(prompts), batch)):
-        chunk = prompts[i:i + batch]
-        m = len(chunk)
-        chunk = chunk + [chunk[-1]] * (batch - m)
-        ids, lens = encode_prompts(tokenizer, chunk, width)
-        kw = {} if temperature == 0 else {"temperature": float(temperature)}
-        out = infer.generate(model, ids, lengths=lens, max_new_tokens=max_new_tokens,
-                             stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id,
-                             seed=seed + j, **kw)
-        toks, n = (np.asarray(x) for x in jax.device_get((out.tokens, out.lengths)))
-        texts += [tokenizer.decode(toks[k, :n[k]]) for k in range(m)]
-    return texts
 
 
 def encode_sft(pairs: Sequence[tuple[str, str]], tokenizer, seq_len: int
@@ -89,8 +64,8 @@ def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], *, steps: int,
 def accuracy(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int,
              batch: int = 128) -> float:
     """Greedy answer accuracy on problem rows (``problem``, ``answer``)."""
-    texts = complete(model, tokenizer, [r["problem"] for r in rows],
-                     max_new_tokens=max_new_tokens, batch=batch)
+    texts = infer.complete(model, tokenizer, [r["problem"] for r in rows],
+                           max_new_tokens=max_new_tokens, batch=batch)
     return float(np.mean([parse_answer(t) is not None and str(parse_answer(t)) == r["answer"]
                           for t, r in zip(texts, rows, strict=True)]))
 

@@ -52,7 +52,8 @@ def problems(n: int, seed: int, steps, digits) -> list[dict]:
 def sample_model(model, tokenizer, prompts: list[str], *, max_new_tokens: int,
                  temperature: float = 1.0, seed: int = 0, batch: int = 128) -> list[str]:
     """One completion per prompt from a zoo reasoning model at ``temperature``."""
-    from lab.methods.card.student import complete
+    from lab.infer import complete
+
     return complete(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
                     temperature=temperature, seed=seed, batch=batch)
 

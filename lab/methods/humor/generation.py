@@ -28,10 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax
 import numpy as np
 
-from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.humor.data import (
     INTENTS,
@@ -42,7 +40,6 @@ from lab.methods.humor.data import (
     parse_caption,
 )
 from lab.train import TrainConfig, Trainer, rewards, sft_loss
-from lab.train.rl import encode_prompts
 
 MODES = ("multi", "single")
 
@@ -176,25 +173,6 @@ def train_sft(model, tokenizer, examples: Sequence[dict], *, steps: int, batch_s
     trainer = Trainer(model, sft_loss, cfg)
     model = trainer.fit(batch_fn)
     return model, trainer.history
-
-
-def generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, width: int,
-             batch: int = 64, temperature: float = 0.0, seed: int = 0) -> list[str]:
-    """Completions of ``prompts`` (right-padded to ``width`` tokens, batches of ``batch``
-    rows, the last padded: one compiled program); greedy at ``temperature=0``."""
-    texts = []
-    for c, i in enumerate(range(0, len(prompts), batch)):
-        chunk = list(prompts[i:i + batch])
-        m = len(chunk)
-        chunk += [chunk[-1]] * (batch - m)
-        ids, lens = encode_prompts(tokenizer, chunk, width)
-        kw = {} if temperature == 0 else {"temperature": float(temperature)}
-        out = infer.generate(model, ids, lengths=lens, max_new_tokens=max_new_tokens,
-                             stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id,
-                             seed=seed + c, **kw)
-        toks, n = (np.asarray(x) for x in jax.device_get((out.tokens, out.lengths)))
-        texts += [tokenizer.decode(toks[j, :n[j]]) for j in range(m)]
-    return texts
 
 
 def path_diversity(completions_by_template: dict[str, Sequence[str]]) -> dict:
