@@ -40,7 +40,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.distill = ml_collections.ConfigDict(dict(steps=60, batch=16, learning_rate=5e-4))
     if preset == "test":
         c.teacher, c.rewriter = "cot-xs", "cot-xs"
-        c.pool, c.sizes, c.n_eval, c.n_rewriter_eval = 16, (4, 8), 8, 8
+        c.pool, c.sizes, c.n_eval, c.n_rewriter_eval = 16, (8,), 8, 8
+        c.seeds = (0,)  # one student per source: the plumbing, not the spread
         c.max_new, c.student_new, c.rewriter_len = 48, 40, 192
         c.copy.update(steps=2, batch=4)
         c.rl.update(steps=1, prompts_per_step=2, group_size=2)

@@ -18,10 +18,10 @@ def test_card_runs_end_to_end_at_the_test_preset(tmp_path):
     assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 8
     assert len(results["regime"]) == 5
     for src in exp.SOURCES:
-        for n in ("4", "8"):
-            assert set(results["students"][src][n]) == set(exp.SETS)
-            assert all(len(v) == 2 for v in results["students"][src][n].values())
-    assert len(exp.main_table(results)) == 3 * 2 + 1 + 3
+        assert set(results["students"][src]) == {"8"}
+        assert set(results["students"][src]["8"]) == set(exp.SETS)
+        assert all(len(v) == 1 for v in results["students"][src]["8"].values())
+    assert len(exp.main_table(results)) == 3 * 1 + 1 + 3
 
 
 def _fab(rw=(0.70, 0.72), raw=(0.60, 0.62), filt=(0.66, 0.69), coh=(0.5, 0.8),

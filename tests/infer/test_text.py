@@ -38,7 +38,6 @@ def test_complete_is_greedy_generate_decoded_and_independent_of_batching(model):
     assert infer.complete(model, TOK, PROMPTS, max_new_tokens=5, width=6, batch=3) == want
     assert infer.complete(model, TOK, PROMPTS, max_new_tokens=5, width=6, batch=8) == want
     assert infer.complete(model, TOK, [], max_new_tokens=5) == []
-    sampled = infer.complete(model, TOK, PROMPTS, max_new_tokens=5, temperature=1.0, seed=3)
-    assert len(sampled) == len(PROMPTS)
-    assert sampled == infer.complete(model, TOK, PROMPTS, max_new_tokens=5, temperature=1.0,
-                                     seed=3)
+    sampled = infer.complete(model, TOK, PROMPTS, max_new_tokens=5, width=6, batch=8,
+                             temperature=1.0, seed=3)
+    assert len(sampled) == len(PROMPTS) and sampled != want  # init_std 0.5: peaked, not one-hot
