@@ -25,6 +25,9 @@ def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
                add_eos: bool = True, prompt_weight: float = 0.0) -> dict[str, np.ndarray]:
     """Tokenises every row once: ``{"inputs", "targets", "mask"}`` of shape ``[N, seq_len]``.
 
+    ``dataset``: a ``datasets.Dataset`` with ``prompt`` and ``completion`` columns, or a
+    sequence of mappings with those keys.
+
     With ``prompt_weight > 0`` the prompt's tokens are trained too: ``mask`` is 1
     on every real target and a ``"weights"`` array holds ``prompt_weight`` on the
     prompt's targets and 1 on the completion's (``lab.train.sft_loss`` multiplies
@@ -37,10 +40,20 @@ def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
     """
     if not isinstance(seq_len, int) or seq_len <= 0:
         raise ValueError(f"seq_len={seq_len!r}; expected a positive int")
-    for col in ("prompt", "completion"):
-        if col not in dataset.column_names:
-            raise ValueError(f"dataset lacks the column {col!r}; has {dataset.column_names}")
-    n = len(dataset)
+    if hasattr(dataset, "column_names"):
+        for col in ("prompt", "completion"):
+            if col not in dataset.column_names:
+                raise ValueError(f"dataset lacks the column {col!r}; has "
+                                 f"{dataset.column_names}")
+        prompts, completions = dataset["prompt"], dataset["completion"]
+    else:
+        rows = list(dataset)
+        for i, r in enumerate(rows):
+            if not all(k in r for k in ("prompt", "completion")):
+                raise ValueError(f"row {i} has keys {sorted(r)}; expected 'prompt' and "
+                                 "'completion'")
+        prompts, completions = [r["prompt"] for r in rows], [r["completion"] for r in rows]
+    n = len(prompts)
     if n == 0:
         raise ValueError("dataset is empty")
     inputs = np.full((n, seq_len), tokenizer.pad_id, np.int32)
@@ -49,7 +62,7 @@ def encode_sft(dataset, tokenizer, seq_len: int, *, add_bos: bool = True,
     if not isinstance(prompt_weight, (int, float)) or prompt_weight < 0:
         raise ValueError(f"prompt_weight={prompt_weight!r}; expected a number >= 0")
     weights = np.zeros((n, seq_len), np.float32) if prompt_weight > 0 else None
-    for i, (p, c) in enumerate(zip(dataset["prompt"], dataset["completion"], strict=True)):
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
         ids, n_prompt = encode_example(tokenizer, p, c, add_bos=add_bos, add_eos=add_eos)
         if len(ids) > seq_len + 1:
             raise ValueError(f"row {i} has {len(ids)} tokens > seq_len + 1 = {seq_len + 1}; "

@@ -106,3 +106,20 @@ def test_prompt_weight_trains_the_prompt_lightly():
     assert (real & ~completion).sum() == sum(len(tok.encode(p)) for p in ds["prompt"])
     with pytest.raises(ValueError, match="prompt_weight=-1"):
         encode_sft(ds, tok, 96, prompt_weight=-1)
+
+
+def test_encode_sft_takes_rows_as_well_as_a_dataset():
+    from lab.data import encode_sft
+
+    tok = ByteTokenizer()
+    ds = arithmetic(4, seed=0)
+    rows = [{"prompt": p, "completion": c, "extra": 1}
+            for p, c in zip(ds["prompt"], ds["completion"], strict=True)]
+    want, got = encode_sft(ds, tok, 96), encode_sft(rows, tok, 96)
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    with pytest.raises(ValueError, match=r"row 1 has keys \['prompt'\]"):
+        encode_sft([rows[0], {"prompt": "x"}], tok, 96)
+    with pytest.raises(ValueError, match="dataset is empty"):
+        encode_sft([], tok, 96)

@@ -70,5 +70,5 @@ def test_shortcut_answers_stay_near_chance():
 def test_bad_input_is_refused_naming_the_field():
     with pytest.raises(ValueError, match="operands"):
         card.execute("A: 1", [1, 2], "+-")
-    with pytest.raises(ValueError, match="pairs is empty"):
-        card.encode_sft([], None, 8)
+    with pytest.raises(ValueError, match="dataset is empty"):
+        card.train_sft(None, None, [], steps=1, batch_size=1, learning_rate=1e-3, seq_len=8)

@@ -30,7 +30,6 @@ from lab.methods.card.rewriter import (
 from lab.methods.card.student import (
     SHORTCUTS,
     accuracy,
-    encode_sft,
     mean_token_logprob,
     shortcut_accuracy,
     shortcut_answers,
@@ -39,7 +38,7 @@ from lab.methods.card.student import (
 from lab.methods.card.trajectories import problems, teacher_rows, verbose_solution
 
 __all__ = ["FLOOR", "SHORTCUTS", "Execution", "accuracy", "coherence_for_prompt",
-           "coherence_reward", "copy_sft", "encode_sft", "execute",
+           "coherence_reward", "copy_sft", "execute",
            "incoherent_fraction", "mean_token_logprob", "problems", "register_alignment",
            "reward_means", "rewrite", "shortcut_accuracy", "shortcut_answers",
            "teacher_rows", "train_rl", "train_sft", "verbose_solution", "widened"]

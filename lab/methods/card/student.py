@@ -12,34 +12,10 @@ import numpy as np
 from flax import nnx
 
 from lab import infer
-from lab.data.batching import step_indices
+from lab.data.batching import encode_sft, step_indices
 from lab.data.synthetic.arithmetic import parse_answer, parse_prompt
 from lab.train import TrainConfig, Trainer, sft_loss
 from lab.train.losses import token_logprobs
-
-
-def encode_sft(pairs: Sequence[tuple[str, str]], tokenizer, seq_len: int
-               ) -> dict[str, np.ndarray]:
-    """``{"inputs", "targets", "mask", "weights"}`` ``[N, seq_len]`` for (prompt,
-    completion) pairs: BOS + prompt + completion + EOS, the loss on the completion and its
-    EOS (weight 1 each). Raises ValueError naming the first pair that does not fit."""
-    n = len(pairs)
-    if n == 0:
-        raise ValueError("pairs is empty; expected at least one (prompt, completion)")
-    out = {"inputs": np.full((n, seq_len), tokenizer.pad_id, np.int32),
-           "targets": np.full((n, seq_len), tokenizer.pad_id, np.int32),
-           "mask": np.zeros((n, seq_len), np.float32)}
-    for i, (p, c) in enumerate(pairs):
-        head = tokenizer.encode(p, add_bos=True)
-        ids = head + tokenizer.encode(c) + [tokenizer.eos_id]
-        if len(ids) > seq_len + 1:
-            raise ValueError(f"pair {i} has {len(ids)} tokens > seq_len + 1 = {seq_len + 1}; "
-                             "raise seq_len")
-        t = len(ids) - 1
-        out["inputs"][i, :t], out["targets"][i, :t] = ids[:-1], ids[1:]
-        out["mask"][i, len(head) - 1:t] = 1.0
-    out["weights"] = out["mask"].copy()
-    return out
 
 
 def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], *, steps: int,
@@ -47,7 +23,8 @@ def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], *, steps: int,
               warmup_steps: int = 5):
     """Token-weighted SFT (:func:`lab.train.sft_loss`, AdamW, cosine) of ``model`` on the
     pairs; returns ``(model, history)``."""
-    arrays = encode_sft(pairs, tokenizer, seq_len)
+    arrays = encode_sft([{"prompt": p, "completion": c} for p, c in pairs], tokenizer,
+                        seq_len)
     cfg = TrainConfig(steps=steps, learning_rate=learning_rate,
                       warmup_steps=min(warmup_steps, max(steps - 1, 0)), schedule="cosine",
                       seed=seed, progress=False)
@@ -89,7 +66,7 @@ def mean_token_logprob(model, tokenizer, prompts: Sequence[str], completions: Se
         sel = fits[s:s + batch]
         pairs = [(prompts[i], completions[i]) for i in sel]
         pairs += [pairs[-1]] * (batch - len(sel))
-        a = encode_sft(pairs, tokenizer, seq_len)
+        a = encode_sft([{"prompt": p, "completion": c} for p, c in pairs], tokenizer, seq_len)
         v = np.asarray(_mean_logprob(model, jnp.asarray(a["inputs"]), jnp.asarray(a["targets"]),
                                      jnp.asarray(a["mask"])))
         for k, i in enumerate(sel):

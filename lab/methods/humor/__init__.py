@@ -37,7 +37,6 @@ from lab.methods.humor.data import (
 from lab.methods.humor.generation import (
     MODES,
     completion_caption,
-    encode_sft,
     format_cot,
     parse_cot,
     path_diversity,
@@ -70,7 +69,7 @@ from lab.methods.humor.shortcuts import SHORTCUTS, caption_win_rates, shortcut_a
 __all__ = [
     "INTENTS", "KINDS", "MAX_SCORE", "MODES", "SCENES", "SHORTCUTS", "SUBJECTS", "TONES",
     "TWISTS", "RewardHead", "attribute_accuracy", "best_caption", "blind_attribute_accuracy",
-    "bt_loss", "caption_win_rates", "caption_words", "completion_caption", "encode_sft",
+    "bt_loss", "caption_win_rates", "caption_words", "completion_caption",
     "format_cot", "held_out_pair_accuracy", "hidden_score", "image_features",
     "incongruity", "load_perception", "make_caption", "meme_groups", "noisy_best",
     "pair_accuracy", "parse_caption", "parse_cot", "path_diversity", "perceive",

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lab.data.batching import step_indices
+from lab.data.batching import encode_sft, step_indices
 from lab.methods.humor.data import (
     INTENTS,
     SCENES,
@@ -132,28 +132,6 @@ def sft_examples(groups: dict, words: Sequence[tuple[str, str]], best: Sequence[
         others = [c for c in groups["captions"][g] if c != best[g]]
         out.append({"prompt": prompt(sw, iw),
                     "completion": trace_cot(best[g], others, mode, n_paths, rng)})
-    return out
-
-
-def encode_sft(examples: Sequence[dict], tokenizer, seq_len: int) -> dict[str, np.ndarray]:
-    """SFT arrays ``{"inputs", "targets", "mask"}`` ``[N, seq_len]``: loss on the
-    completion and its EOS."""
-    n = len(examples)
-    if n == 0:
-        raise ValueError("examples is empty; expected at least one SFT example")
-    out = {"inputs": np.full((n, seq_len), tokenizer.pad_id, np.int32),
-           "targets": np.full((n, seq_len), tokenizer.pad_id, np.int32),
-           "mask": np.zeros((n, seq_len), np.float32)}
-    for i, ex in enumerate(examples):
-        p = tokenizer.encode(ex["prompt"], add_bos=True)
-        ids = p + tokenizer.encode(ex["completion"]) + [tokenizer.eos_id]
-        if len(ids) > seq_len + 1:
-            raise ValueError(f"example {i} has {len(ids)} tokens > seq_len + 1 = "
-                             f"{seq_len + 1}; raise seq_len")
-        t = len(ids) - 1
-        out["inputs"][i, :t] = ids[:-1]
-        out["targets"][i, :t] = ids[1:]
-        out["mask"][i, len(p) - 1:t] = 1.0
     return out
 
 
