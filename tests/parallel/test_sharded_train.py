@@ -38,7 +38,8 @@ ATOL = 1e-5
 
 
 def _env(devices: int, **extra) -> dict:
-    return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    return dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={devices}").strip(),
                 JAX_PLATFORMS="cpu",
                 PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
 

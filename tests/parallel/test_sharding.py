@@ -32,7 +32,8 @@ REQUESTS = ["8x1+gen", "2x4+gen+grad+hf", "1x8+gen"]
 
 @pytest.fixture(scope="module")
 def measured():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
+                                     " --xla_force_host_platform_device_count=8").strip(),
                JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
                                                         "sharded_check.py"), *REQUESTS],
