@@ -28,6 +28,7 @@ exits with status 1 when any experiment failed (after writing the report).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import re
@@ -64,21 +65,32 @@ def discover(root: str = ROOT) -> list[str]:
     return names
 
 
-_OUT = re.compile(r'^OUT_OF_MAIN_JOB = "(.+)"$', re.M)
+def _out_of_main_job(source: str, path: str) -> str | None:
+    """The module-level ``OUT_OF_MAIN_JOB`` string of ``source`` (any string expression:
+    one literal, or adjacent literals in parentheses), or None when it sets none."""
+    for node in ast.parse(source, filename=path).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "OUT_OF_MAIN_JOB" for t in node.targets):
+            why = ast.literal_eval(node.value)
+            if not isinstance(why, str) or not why:
+                raise ValueError(f"{path}: OUT_OF_MAIN_JOB = {why!r}; expected a non-empty "
+                                 "str giving the reason")
+            return why
+    return None
 
 
 def left_out(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
     """``{name: why}`` for the experiments among ``names`` whose module sets
-    ``OUT_OF_MAIN_JOB`` (read from the source, without importing it)."""
+    ``OUT_OF_MAIN_JOB`` (read from the source's syntax tree, without importing it)."""
     out = {}
     for name in names:
         path = os.path.join(root, "experiments", f"{name}.py")
         if not os.path.exists(path):  # registered some other way (the tests' fakes)
             continue
         with open(path, encoding="utf-8") as f:
-            m = _OUT.search(f.read())
-        if m:
-            out[name] = m.group(1)
+            why = _out_of_main_job(f.read(), path)
+        if why:
+            out[name] = why
     return out
 
 

@@ -21,12 +21,17 @@ def test_discover_finds_geomem_and_skips_launchers_without_a_config():
 def test_experiments_out_of_the_main_job_are_named_with_their_reason(tmp_path):
     names = reproduce.discover()
     out = reproduce.left_out(names)
-    assert {"gridprobe", "tcr"} <= set(out) and "geomem" not in out
+    assert {"card", "gridprobe", "tcr"} <= set(out) and "geomem" not in out
     assert all("regime" in why for why in out.values())
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "a.py").write_text('OUT_OF_MAIN_JOB = "not yet"\n')
     (tmp_path / "experiments" / "b.py").write_text("# OUT_OF_MAIN_JOB = 'a comment'\n")
-    assert reproduce.left_out(["a", "b"], root=str(tmp_path)) == {"a": "not yet"}
+    (tmp_path / "experiments" / "c.py").write_text('OUT_OF_MAIN_JOB = ("two "\n    "lines")\n')
+    assert reproduce.left_out(["a", "b", "c"], root=str(tmp_path)) == {
+        "a": "not yet", "c": "two lines"}
+    (tmp_path / "experiments" / "d.py").write_text("OUT_OF_MAIN_JOB = 3\n")
+    with pytest.raises(ValueError, match=r"d.py: OUT_OF_MAIN_JOB = 3; expected a non-empty str"):
+        reproduce.left_out(["d"], root=str(tmp_path))
     report = reproduce.combined_report("test", [], str(tmp_path), {"a": "not yet"})
     assert "- `a`: not yet" in report
 
