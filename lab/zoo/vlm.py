@@ -355,33 +355,70 @@ def _colour_rows(rows, rng) -> np.ndarray:
                      for q, t in zip(qt, template, strict=True)])
 
 
-def _loss_fn(graphdef, rest, grid, region_weight: float):
-    def loss(params, ids, valid, pixels, rope, nxt, options, opt_valid, answer, labels):
+# word id -> index among COLOUR_NAMES, and among (<pad>, *KINDS) (-1 for any other word)
+_COLOUR_INDEX = np.full(len(SPECIALS) + len(WORDS), -1, np.int32)
+_KIND_INDEX = np.full(len(SPECIALS) + len(WORDS), -1, np.int32)
+_KIND_INDEX[0] = 0
+for _i, _c in enumerate(COLOUR_NAMES):
+    _COLOUR_INDEX[len(SPECIALS) + WORDS.index(_c)] = _i
+for _i, _k in enumerate(KINDS):
+    _KIND_INDEX[len(SPECIALS) + WORDS.index(_k)] = _i + 1
+_COLOUR_IDS = np.array([TOKENIZER.vocab[c] for c in COLOUR_NAMES])
+_KIND_IDS = np.array([TOKENIZER.pad_id, *(TOKENIZER.vocab[k] for k in KINDS)])
+
+
+def _region_terms(logits, labels, colour_labels, region_weight: float, colour_weight: float):
+    """``(loss, region accuracy)`` of the dense perception targets at the visual tokens
+    (``labels``: a kind's word id or ``<pad>`` for an empty region, -1 off the visual
+    tokens). Object tokens and empty ones are averaged apart (most tokens are empty
+    canvas), ``on_obj + 0.2 * on_empty``, over the whole vocabulary; with ``colour_weight``
+    the kind is a softmax over ``<pad>`` and the kinds only and the object's colour
+    (``colour_labels``: an index into COLOUR_NAMES, -1 elsewhere) a softmax over the colour
+    words only, so that neither target competes with the other at the shared LM head."""
+    obj, empty = labels > TOKENIZER.pad_id, labels == TOKENIZER.pad_id
+    if colour_weight:
+        region_logits = logits[..., _KIND_IDS]
+        targets = jnp.asarray(_KIND_INDEX)[jnp.maximum(labels, 0)]
+    else:
+        region_logits, targets = logits, jnp.maximum(labels, 0)
+    acc = jnp.sum(obj & (jnp.argmax(region_logits, -1) == targets)) / jnp.maximum(obj.sum(), 1)
+    total = jnp.zeros((), jnp.float32)
+    if region_weight:
+        ce = optax.softmax_cross_entropy_with_integer_labels(region_logits, targets)
+        on_obj = jnp.sum(jnp.where(obj, ce, 0.0)) / jnp.maximum(obj.sum(), 1)
+        on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
+        total = total + region_weight * (on_obj + 0.2 * on_empty)
+    if colour_weight:
+        has = colour_labels >= 0
+        ce_c = optax.softmax_cross_entropy_with_integer_labels(
+            logits[..., _COLOUR_IDS], jnp.maximum(colour_labels, 0))
+        total = total + colour_weight * jnp.sum(jnp.where(has, ce_c, 0.0)) / jnp.maximum(
+            has.sum(), 1)
+    return total, acc
+
+
+def _loss_fn(graphdef, rest, grid, region_weight: float, colour_weight: float = 0.0):
+    def loss(params, ids, valid, pixels, rope, nxt, options, opt_valid, answer, labels,
+             colour_labels):
         m = nnx.merge(graphdef, params, rest)
         s, logits = _scores(m, ids, valid, pixels, grid, rope, nxt, options, opt_valid)
         lp = jax.nn.log_softmax(s, -1)
         nll = -jnp.take_along_axis(lp, answer[:, None], axis=1)[:, 0]
-        total = nll.mean()
-        obj = labels > TOKENIZER.pad_id
-        region_acc = jnp.sum(obj & (jnp.argmax(logits, -1) == labels)) / jnp.maximum(
-            obj.sum(), 1)
-        if region_weight:
-            # object tokens and empty ones averaged apart: most tokens are empty canvas
-            empty = labels == TOKENIZER.pad_id
-            ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
-            on_obj = jnp.sum(jnp.where(obj, ce, 0.0)) / jnp.maximum(obj.sum(), 1)
-            on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
-            total = total + region_weight * (on_obj + 0.2 * on_empty)
-        return total, ((jnp.argmax(s, -1) == answer).mean(), region_acc)
+        region, region_acc = _region_terms(logits, labels, colour_labels, region_weight,
+                                           colour_weight)
+        return nll.mean() + region, ((jnp.argmax(s, -1) == answer).mean(), region_acc)
     return loss
 
 
 def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER,
-                  colour_rows=None) -> np.ndarray:
+                  colour_rows=None, attribute: str = "kind") -> np.ndarray:
     """``int32 [B, F, n]``: for each merged visual token (an ``m P x m P`` pixel region of a
     frame), the word id of the kind of the object covering most of its pixels (at least
     ``min_pixels``, the topmost object owning a pixel), else ``tokenizer.pad_id`` (empty).
-    The perception stage's dense targets."""
+    The perception stage's dense targets. ``attribute="colour"`` names the object's colour
+    instead on every row; ``colour_rows`` (bool per row) on those rows only."""
+    if attribute not in ("kind", "colour"):
+        raise ValueError(f"attribute={attribute!r}; expected 'kind' or 'colour'")
     from lab.data.synthetic.render import glyph, positions
 
     r = config.vision.patch_size * config.vision.spatial_merge_size
@@ -389,7 +426,7 @@ def region_labels(ds, config: VLMConfig, tokenizer: VLMTokenizer = TOKENIZER,
     colour_ids = np.array([tokenizer.vocab[c] for c in COLOUR_NAMES])
     out = []
     for ri, row in enumerate(ds):
-        by_colour = colour_rows is not None and bool(colour_rows[ri])
+        by_colour = attribute == "colour" or (colour_rows is not None and bool(colour_rows[ri]))
         names = colour_ids if by_colour else kind_ids
         f, size = row["frames"], row["size"]
         owner = np.full((f, size, size), -1, np.int64)
@@ -464,8 +501,17 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
                 labels = prompt_labels(enc, labels)
             else:
                 labels = np.full(enc.ids.shape, -1, np.int32)
+            colour_weight = float(st.get("region_colour_weight", 0.0))
+            colour_labels = np.full(enc.ids.shape, -1, np.int32)
+            if colour_weight:
+                words = region_labels(rows, config, attribute="colour")
+                if keep is not None:
+                    words = np.where(keep[:, :, None], words, TOKENIZER.pad_id)
+                words = prompt_labels(enc, words)
+                colour_labels = np.where(words > TOKENIZER.pad_id,
+                                         _COLOUR_INDEX[np.maximum(words, 0)], -1)
             if step_fn is None:
-                loss = _loss_fn(graphdef, rest, enc.grid, weight)
+                loss = _loss_fn(graphdef, rest, enc.grid, weight, colour_weight)
 
                 @jax.jit
                 def step_fn(params, opt_state, *arrays, loss=loss, opt=opt):
@@ -475,7 +521,8 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
             params, opt_state, value, acc = step_fn(
                 params, opt_state, *(jnp.asarray(a) for a in (
                     enc.ids, enc.valid, enc.pixels, enc.rope, enc.nxt, enc.options,
-                    enc.opt_valid, np.asarray(rows["answer_index"], np.int32), labels)))
+                    enc.opt_valid, np.asarray(rows["answer_index"], np.int32), labels,
+                    colour_labels)))
             if i % st.get("log_every", 25) == 0 or i == steps - 1:
                 row = {"stage": si, "step": i, "loss": round(float(value), 4),
                        "acc": float(acc[0]), "region_acc": round(float(acc[1]), 3),
@@ -771,11 +818,13 @@ IMAGE = {"size": 32, "low_size": 32, "object_size": (7, 9), "distractors": (0, 3
 
 def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3e-3,
            batch: int = 32, video_batch: int = 16, region_weight: float = 1.0,
-           video: Mapping = VIDEO, image: Mapping = IMAGE) -> tuple:
+           colour_weight: float = 0.0, video: Mapping = VIDEO, image: Mapping = IMAGE
+           ) -> tuple:
     """The zoo's curriculum: ``perception_steps`` on single images (image_qa, dense region
-    targets), then videos with only the evidence frames (non-evidence frames blank), then
-    a half-and-half mix of evidence-only and full videos."""
-    return (
+    targets: the kind under each visual token, and its colour when ``colour_weight``),
+    then videos with only the evidence frames (non-evidence frames blank), then a
+    half-and-half mix of evidence-only and full videos."""
+    stages = (
         {"image_qa": dict(image), "steps": perception_steps, "batch": batch,
          "learning_rate": lr, "n_train": 8000, "region_weight": region_weight},
         {"video_qa": dict(video), "steps": video_steps[0], "batch": video_batch,
@@ -785,6 +834,10 @@ def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3
          "learning_rate": lr * 2 / 3, "n_train": 4000, "region_weight": region_weight / 2,
          "p_blank": 0.5},
     )
+    if colour_weight:
+        stages = tuple({**st, "region_colour_weight": colour_weight * (1.0 if i == 0 else 0.5)}
+                       for i, st in enumerate(stages))
+    return stages
 
 
 def _eval(n_per_type: int, n_image: int) -> dict:

@@ -89,6 +89,72 @@ def test_region_labels_name_the_kind_under_each_visual_token():
         assert named == {tok.vocab[V.KINDS[kind]]}, (row["objects"], lab)
 
 
+def test_colour_region_labels_name_the_colour_at_the_same_tokens_as_the_kind():
+    ds = V.stage_data({"image_qa": {"size": 32, "low_size": 32, "object_size": 8,
+                                    "distractors": (0, 2)}}, 20, 4)
+    config = V.vlm_config(32, 1, 1)
+    kinds = V.region_labels(ds, config)
+    colours = V.region_labels(ds, config, attribute="colour")
+    tok = V.TOKENIZER
+    assert ((kinds == tok.pad_id) == (colours == tok.pad_id)).all()
+    colour_words = {tok.vocab[c] for c in V.COLOUR_NAMES}
+    assert set(colours[colours != tok.pad_id].tolist()) <= colour_words
+    one = [i for i, row in enumerate(ds) if len(row["objects"]) == 1]
+    assert one
+    for i in one:
+        named = set(colours[i].ravel().tolist()) - {tok.pad_id}
+        assert named == {tok.vocab[V.COLOUR_NAMES[ds[i]["objects"][0]["colour"]]]}
+    with pytest.raises(ValueError, match="attribute='size'; expected 'kind' or 'colour'"):
+        V.region_labels(ds, config, attribute="size")
+
+
+def test_colour_term_is_a_softmax_over_the_colour_words_beside_the_kinds():
+    """With ``colour_weight`` the loss adds, at each object token, the cross-entropy of the
+    colour over the colour words only, and the kind term becomes a softmax over <pad> and
+    the kinds: raising a colour word's logit leaves the kind term unchanged."""
+    import jax.numpy as jnp
+    import optax
+
+    tok = V.TOKENIZER
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(2, 5, tok.vocab_size)), jnp.float32)
+    labels = np.array([[-1, tok.pad_id, tok.vocab["circle"], tok.vocab["7"], -1],
+                       [tok.pad_id, tok.vocab["square"], -1, -1, -1]], np.int32)
+    colour = np.array([[-1, -1, 2, 0, -1], [-1, 5, -1, -1, -1]], np.int32)
+    kind_ids = np.array([tok.pad_id, *(tok.vocab[k] for k in V.KINDS)])
+    colour_ids = np.array([tok.vocab[c] for c in V.COLOUR_NAMES])
+
+    def terms(lg):
+        obj, empty = labels > tok.pad_id, labels == tok.pad_id
+        ce = optax.softmax_cross_entropy_with_integer_labels(
+            lg[..., kind_ids], V._KIND_INDEX[np.maximum(labels, 0)])
+        kind = (jnp.sum(jnp.where(obj, ce, 0)) / obj.sum()
+                + 0.2 * jnp.sum(jnp.where(empty, ce, 0)) / empty.sum())
+        cc = optax.softmax_cross_entropy_with_integer_labels(lg[..., colour_ids],
+                                                             np.maximum(colour, 0))
+        return kind, jnp.sum(jnp.where(colour >= 0, cc, 0)) / (colour >= 0).sum()
+
+    kind, col = terms(logits)
+    bumped = logits.at[..., colour_ids[0]].add(5.0)
+    assert float(terms(bumped)[0]) == pytest.approx(float(kind), abs=1e-6)
+    assert float(terms(bumped)[1]) != pytest.approx(float(col), abs=1e-3)
+    # the loss function's region terms are these (the QA term is the rest)
+    got = V._region_terms(logits, jnp.asarray(labels), jnp.asarray(colour), 1.0, 0.5)
+    assert float(got[0]) == pytest.approx(float(kind + 0.5 * col), rel=1e-5)
+    got0 = V._region_terms(logits, jnp.asarray(labels), jnp.asarray(colour), 1.0, 0.0)
+    full = optax.softmax_cross_entropy_with_integer_labels(logits, np.maximum(labels, 0))
+    obj, empty = labels > tok.pad_id, labels == tok.pad_id
+    want = (jnp.sum(jnp.where(obj, full, 0)) / obj.sum()
+            + 0.2 * jnp.sum(jnp.where(empty, full, 0)) / empty.sum())
+    assert float(got0[0]) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_recipe_adds_the_colour_term_only_when_asked():
+    assert all("region_colour_weight" not in st for st in V.recipe(10, (5, 5)))
+    weights = [st["region_colour_weight"] for st in V.recipe(10, (5, 5), colour_weight=1.0)]
+    assert weights == [1.0, 0.5, 0.5]
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda v: v.astype(np.float32), "videos has dtype float32; expected uint8"),
     (lambda v: v[:, 0], r"videos has shape \(2, 16, 16, 3\); expected \[B, F, H, W, 3\]"),
