@@ -355,16 +355,13 @@ def _colour_rows(rows, rng) -> np.ndarray:
                      for q, t in zip(qt, template, strict=True)])
 
 
-# word id -> index among COLOUR_NAMES, and among (<pad>, *KINDS) (-1 for any other word)
-_COLOUR_INDEX = np.full(len(SPECIALS) + len(WORDS), -1, np.int32)
-_KIND_INDEX = np.full(len(SPECIALS) + len(WORDS), -1, np.int32)
-_KIND_INDEX[0] = 0
-for _i, _c in enumerate(COLOUR_NAMES):
-    _COLOUR_INDEX[len(SPECIALS) + WORDS.index(_c)] = _i
-for _i, _k in enumerate(KINDS):
-    _KIND_INDEX[len(SPECIALS) + WORDS.index(_k)] = _i + 1
 _COLOUR_IDS = np.array([TOKENIZER.vocab[c] for c in COLOUR_NAMES])
 _KIND_IDS = np.array([TOKENIZER.pad_id, *(TOKENIZER.vocab[k] for k in KINDS)])
+# word id -> its index in _COLOUR_IDS / _KIND_IDS (-1 for any other word)
+_COLOUR_INDEX = np.full(TOKENIZER.vocab_size, -1, np.int32)
+_COLOUR_INDEX[_COLOUR_IDS] = np.arange(len(_COLOUR_IDS))
+_KIND_INDEX = np.full(TOKENIZER.vocab_size, -1, np.int32)
+_KIND_INDEX[_KIND_IDS] = np.arange(len(_KIND_IDS))
 
 
 def _region_terms(logits, labels, colour_labels, region_weight: float, colour_weight: float):
@@ -373,8 +370,9 @@ def _region_terms(logits, labels, colour_labels, region_weight: float, colour_we
     tokens). Object tokens and empty ones are averaged apart (most tokens are empty
     canvas), ``on_obj + 0.2 * on_empty``, over the whole vocabulary; with ``colour_weight``
     the kind is a softmax over ``<pad>`` and the kinds only and the object's colour
-    (``colour_labels``: an index into COLOUR_NAMES, -1 elsewhere) a softmax over the colour
-    words only, so that neither target competes with the other at the shared LM head."""
+    (``colour_labels``: a colour's word id at the same tokens, as ``labels``) a softmax over
+    the colour words only, so that neither target competes with the other at the shared LM
+    head."""
     obj, empty = labels > TOKENIZER.pad_id, labels == TOKENIZER.pad_id
     if colour_weight:
         region_logits = logits[..., _KIND_IDS]
@@ -389,9 +387,10 @@ def _region_terms(logits, labels, colour_labels, region_weight: float, colour_we
         on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
         total = total + region_weight * (on_obj + 0.2 * on_empty)
     if colour_weight:
-        has = colour_labels >= 0
+        has = colour_labels > TOKENIZER.pad_id
         ce_c = optax.softmax_cross_entropy_with_integer_labels(
-            logits[..., _COLOUR_IDS], jnp.maximum(colour_labels, 0))
+            logits[..., _COLOUR_IDS],
+            jnp.maximum(jnp.asarray(_COLOUR_INDEX)[jnp.maximum(colour_labels, 0)], 0))
         total = total + colour_weight * jnp.sum(jnp.where(has, ce_c, 0.0)) / jnp.maximum(
             has.sum(), 1)
     return total, acc
@@ -507,9 +506,7 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
                 words = region_labels(rows, config, attribute="colour")
                 if keep is not None:
                     words = np.where(keep[:, :, None], words, TOKENIZER.pad_id)
-                words = prompt_labels(enc, words)
-                colour_labels = np.where(words > TOKENIZER.pad_id,
-                                         _COLOUR_INDEX[np.maximum(words, 0)], -1)
+                colour_labels = prompt_labels(enc, words)
             if step_fn is None:
                 loss = _loss_fn(graphdef, rest, enc.grid, weight, colour_weight)
 

@@ -120,19 +120,23 @@ def test_colour_term_is_a_softmax_over_the_colour_words_beside_the_kinds():
     logits = jnp.asarray(rng.normal(size=(2, 5, tok.vocab_size)), jnp.float32)
     labels = np.array([[-1, tok.pad_id, tok.vocab["circle"], tok.vocab["7"], -1],
                        [tok.pad_id, tok.vocab["square"], -1, -1, -1]], np.int32)
-    colour = np.array([[-1, -1, 2, 0, -1], [-1, 5, -1, -1, -1]], np.int32)
+    red, blue, c5 = (tok.vocab[V.COLOUR_NAMES[i]] for i in (2, 0, 5))
+    colour = np.array([[-1, tok.pad_id, red, blue, -1], [tok.pad_id, c5, -1, -1, -1]], np.int32)
+    colour_index = np.array([[-1, -1, 2, 0, -1], [-1, 5, -1, -1, -1]], np.int32)
     kind_ids = np.array([tok.pad_id, *(tok.vocab[k] for k in V.KINDS)])
     colour_ids = np.array([tok.vocab[c] for c in V.COLOUR_NAMES])
 
     def terms(lg):
         obj, empty = labels > tok.pad_id, labels == tok.pad_id
         ce = optax.softmax_cross_entropy_with_integer_labels(
-            lg[..., kind_ids], V._KIND_INDEX[np.maximum(labels, 0)])
+            lg[..., kind_ids], np.array([[list(kind_ids).index(w) if w >= 0 else 0
+                                          for w in row] for row in labels]))
         kind = (jnp.sum(jnp.where(obj, ce, 0)) / obj.sum()
                 + 0.2 * jnp.sum(jnp.where(empty, ce, 0)) / empty.sum())
         cc = optax.softmax_cross_entropy_with_integer_labels(lg[..., colour_ids],
-                                                             np.maximum(colour, 0))
-        return kind, jnp.sum(jnp.where(colour >= 0, cc, 0)) / (colour >= 0).sum()
+                                                             np.maximum(colour_index, 0))
+        has = colour_index >= 0
+        return kind, jnp.sum(jnp.where(has, cc, 0)) / has.sum()
 
     kind, col = terms(logits)
     bumped = logits.at[..., colour_ids[0]].add(5.0)
