@@ -5,7 +5,8 @@
 An experiment is registered by existing: ``configs/<name>.py`` (with
 ``get_config``) beside ``experiments/<name>.py`` (with ``run``); nobody edits a
 shared list. Each runs with ``get_config(preset)`` into ``workdir/<name>/``
-under a progress bar. A failing experiment is logged with its traceback
+under a progress bar, in this process; the compiled programs of each are released
+before the next (:func:`release_compiled`). A failing experiment is logged with its traceback
 (``workdir/<name>/error.txt``) and recorded, and the others still run.
 ``workdir/report.md`` starts with a scoreboard of every claim of every
 experiment, each marked informative or not by its run's regime checks
@@ -29,6 +30,7 @@ exits with status 1 when any experiment failed (after writing the report).
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import os
 import re
@@ -37,6 +39,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 
+import jax
 from absl import app, flags, logging
 from tqdm import tqdm
 
@@ -193,6 +196,18 @@ def _models_since(start: int) -> list[dict]:
     return out
 
 
+def release_compiled() -> None:
+    """Drops every compiled program (``jax.clear_caches``) and collects the garbage.
+
+    Called after each experiment: XLA's CPU backend maps each compiled executable's
+    code into the process, and the programs of a dozen experiments in one process
+    passed Linux's default limit of 65,530 mappings (``vm.max_map_count``); the next
+    compile then failed with "LLVM compilation error: Cannot allocate memory" and
+    the process died. One experiment's programs are not reused by the next."""
+    jax.clear_caches()
+    gc.collect()
+
+
 def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
             only: Sequence[str] | None = None, results_doc_path: str = "",
             retrain: bool = False) -> dict:
@@ -258,6 +273,7 @@ def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
             entry.update(status="failed", claims=[], regime=[],
                          error=f"{type(e).__name__}: {e}")
         entry["seconds"] = time.time() - t0
+        release_compiled()
         entry["models"] = _models_since(loaded)
         entry["informative"] = regime_holds(entry)
         entries.append(entry)

@@ -102,6 +102,26 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
     assert "deliberate failure" in (tmp_path / "broken" / "error.txt").read_text()
 
 
+def test_compiled_programs_are_released_after_each_experiment(tmp_path, monkeypatch):
+    # XLA maps each CPU executable into the process; a dozen experiments' programs
+    # kept alive passed vm.max_map_count and killed the main job at a compile.
+    import jax
+    import jax.numpy as jnp
+
+    double = jax.jit(lambda x: 2 * x)
+    sizes = []
+
+    def compiles(config, workdir):
+        sizes.append(double._cache_size())  # what the previous experiment left
+        double(jnp.ones(3 + len(sizes)))
+        return write_outputs(workdir, name="c", config=config, report="", results={})
+
+    monkeypatch.setattr(reproduce, "discover", lambda root=None: ["a", "b"])
+    monkeypatch.setattr(reproduce, "load", lambda name: (lambda p: {"preset": p}, compiles))
+    reproduce.run_all("test", str(tmp_path))
+    assert sizes == [0, 0] and double._cache_size() == 0
+
+
 def test_the_models_table_says_where_each_zoo_model_came_from(tmp_path, monkeypatch):
     """A run names each zoo model it loaded: cached on this host, or (``retrain``) trained in
     this run with its training time; ``LAB_ZOO`` is restored after a retraining run."""
