@@ -5,7 +5,7 @@ captions before and after group-wise RL, with image-blind baselines beside.
 
 Stages:
 
-1. perception: the zoo-cached perception VLM reads every meme image's scene and intent
+1. perception: the perception VLM (HUMOR's shipped bundle) reads every meme image's scene and intent
    (its posteriors are the reward heads' image features);
 2. reward models: for each label-noise level and seed, a BT head and a pointwise head on the
    same noisy labels (early stopping on noisy validation labels, the same rule for both),

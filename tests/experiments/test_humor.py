@@ -88,3 +88,17 @@ def test_bad_config_is_refused_naming_the_key():
     c.noise_levels = (0.0,)
     with pytest.raises(ValueError, match="noise_levels"):
         exp.check_config(c)
+
+
+def test_the_default_perception_vlm_ships_with_lab():
+    """The main job loads HUMOR's perception VLM from lab/zoo/assets instead of training it
+    (about 75 s on two cores); a recipe change without re-shipping fails here."""
+    from lab import zoo
+    from lab.methods import humor as H
+
+    c = get_config("default")
+    pc = c.perception
+    model, _ = H.load_perception(pc.steps, colour_steps=pc.colour_steps, d_model=pc.d_model,
+                                 seed=c.seed, n_eval=pc.n_eval, source="shipped")
+    assert zoo.loads()[-1]["source"] == "shipped"
+    assert model.config.text.d_model == pc.d_model

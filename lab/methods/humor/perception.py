@@ -50,12 +50,26 @@ def perception_spec(steps: int = 1000, *, colour_steps: int = 300, d_model: int 
 
 def load_perception(steps: int = 1000, *, colour_steps: int = 300, d_model: int = 32,
                     seed: int = 0, n_eval: int = 128, source: str | None = None):
-    """``(model, tokenizer)`` of :func:`perception_spec` (cached or trained now)."""
+    """``(model, tokenizer)`` of :func:`perception_spec`: HUMOR's bundle ``humor-vlm``
+    (:func:`lab.zoo.bundle.load`, keyed by the spec's hashed fields), shipped with Lab,
+    cached on this host, or trained now by :func:`lab.zoo.vlm.train_vlm` (its held-out
+    metrics stored with it)."""
+    from flax import nnx
+
+    from lab.nn import VLM
+    from lab.zoo import bundle
     from lab.zoo import vlm as zv
 
     spec = perception_spec(steps, colour_steps=colour_steps, d_model=d_model, seed=seed,
                            n_eval=n_eval)
-    return zv.load_spec(spec, source=source, progress=False)
+
+    def train():
+        model, metrics = zv.train_vlm(spec)
+        return {"vlm": model}, metrics
+
+    got = bundle.load(spec.name, spec.hashed_fields(), train,
+                      lambda: {"vlm": VLM(spec.model, rngs=nnx.Rngs(0))}, source=source)
+    return got.modules["vlm"], zv.TOKENIZER
 
 
 def perceive(model, images: np.ndarray, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
