@@ -5,9 +5,11 @@ A zoo LM (``config.model`` names one, default ``lm-xs-long``; ``""`` trains the 
 (``--config.model=<dir>``) answers multi-hop
 variable tracking, needle retrieval and multi-step arithmetic after a prefill
 whose KV cache every policy compresses at every ratio; the answer is decoded
-greedily on the compressed cache and scored by exact match (PRKV's PageRank,
-matrix-free from the prompt's queries and keys, is solved once per batch for
-every ratio: :func:`prkv_accuracy`). The paper's claims, as it states them:
+greedily on the compressed cache and scored by exact match. Each batch's prompt
+runs once (:func:`prefill_once`) and every policy compresses that cache
+(:func:`baseline_accuracy`); PRKV's PageRank, matrix-free from the prompt's
+queries and keys, is solved once per batch for every ratio and pooling
+(:func:`prkv_accuracy`); both give what ``generate(policy=...)`` gives. The paper's claims, as it states them:
 accuracy against the baselines at each ratio; the peak memory of prefill +
 scoring + decoding against the full cache (:func:`memory_costs`: the compiled
 generate program per policy and ratio at the run's widest prompt, with the bytes
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -175,50 +178,95 @@ _prkv_scores = jax.jit(prkv_lib.prefill_scores, static_argnames=("alpha", "iters
 _prkv_keep = jax.jit(prkv_lib.keep, static_argnames=("n_sink", "n_recent", "kernel_size"))
 
 
+class Prefilled(NamedTuple):
+    """One batch's prompt, run once under ``"full"``: the first answer token of each row
+    (from the prompt's last logits), whether it is the stop token, and the uncompressed
+    cache with the statistics every policy scores from."""
+    first: np.ndarray
+    stopped: np.ndarray
+    cache: KVCache
+    stats: policies.Stats
+
+
+def prefill_once(model, tok, x, lengths, *, needs, window, question_lengths=None
+                 ) -> Prefilled:
+    """:class:`Prefilled` of the batch ``x``: ``lab.infer.prefill`` under ``"full"``
+    capturing ``needs`` (``window`` last queries, or each row's question with
+    ``question_lengths``), as ``generate`` does before it applies a policy."""
+    logits, cache, stats = infer.prefill(
+        model, x, lengths=lengths, return_stats=tuple(needs), window=window,
+        question_lengths=question_lengths, capacity=x.shape[1])
+    first = np.asarray(jnp.argmax(logits[jnp.arange(x.shape[0]), jnp.asarray(lengths) - 1],
+                                  axis=-1)).astype(np.int32)
+    return Prefilled(first, first == tok.eos_id, cache, stats)
+
+
+def decode_kept(model, tok, pre: Prefilled, kept: KVCache, answers, *, config, capacity):
+    """``(correct, texts)`` of greedy decoding on the compressed cache ``kept``: token 0
+    is the prompt's (``pre.first``), the rest :func:`lab.infer.continue_generation` from
+    it, exactly what :func:`lab.infer.generate` decodes after that policy."""
+    e = config.eval
+    if e.max_new_tokens > 1:
+        gen = infer.continue_generation(
+            model, kept, pre.first[:, None], max_new_tokens=e.max_new_tokens - 1,
+            stop_tokens=[tok.eos_id], pad_id=int(tok.pad_id or 0), capacity=capacity)
+        tokens = np.concatenate([pre.first[:, None], np.asarray(gen.tokens)], axis=1)
+        n = np.where(pre.stopped, 1, 1 + np.asarray(gen.lengths))
+    else:
+        tokens, n = pre.first[:, None], np.ones_like(pre.first)
+    texts = _texts(tok, tokens, n)
+    return [extract_answer(t) == a for t, a in zip(texts, answers, strict=True)], texts
+
+
+def baseline_accuracy(model, tok, pre: Prefilled, lengths, answers, *, fns, ratios, config,
+                      capacity) -> dict:
+    """``{(policy, ratio): (correct, texts)}`` of every evicting policy in ``fns``
+    (:func:`scorers`) at every ratio, each applied to the one prefill ``pre``: the
+    policy's function on its cache and statistics at the ratio's budgets, then
+    :func:`decode_kept` (``tests/experiments/test_prkv.py`` checks the texts are
+    ``generate(policy=...)``'s)."""
+    out = {}
+    for name, fn in fns.items():
+        if name == "prkv" or not policies.get(name).evicts:
+            continue
+        for r in ratios:
+            budget = jnp.asarray(policies.budgets(lengths, r), jnp.int32)
+            out[(name, r)] = decode_kept(model, tok, pre, fn(pre.cache, pre.stats, budget),
+                                         answers, config=config, capacity=capacity)
+    return out
+
+
 def prkv_accuracy(model, tok, x, lengths, answers, *, ratios, config, capacity, variants,
-                  question_lengths=None, window=None) -> dict:
+                  question_lengths=None, window=None, pre: Prefilled | None = None) -> dict:
     """``{(alpha, kernel_size, ratio): (correct, texts)}``: :func:`accuracy` of the ``"prkv"``
     policy for every variant and ratio, each PageRank solved once.
 
     The policy's steps, split so that one solve serves every ratio and pooling (the scores
-    depend on neither): the prompt's cache and statistics (``lab.infer.prefill`` under
-    ``"full"``, capturing what PRKV needs), the matrix-free scores per ``alpha``
+    depend on neither): the prompt's cache and statistics (:func:`prefill_once`, or
+    ``pre`` when the caller has run it with PRKV's statistics and the same window), the
+    matrix-free scores per ``alpha``
     (:func:`lab.methods.prkv.prkv_scores_matrix_free`), then per (kernel, ratio) the
-    policy's compaction (:func:`lab.methods.prkv.keep`) and greedy decoding on the kept
-    cache: token 0 from the prompt's last logits, the rest by
-    :func:`lab.infer.continue_generation` from it. This is what ``generate(policy="prkv")``
-    computes (``tests/experiments/test_prkv.py`` checks the texts are equal).
-    ``variants``: ``(alpha, kernel_size)`` pairs; ``question_lengths``/``window`` as
-    :func:`generate_kwargs`.
+    policy's compaction (:func:`lab.methods.prkv.keep`) and :func:`decode_kept`. This is
+    what ``generate(policy="prkv")`` computes (``tests/experiments/test_prkv.py`` checks
+    the texts are equal). ``variants``: ``(alpha, kernel_size)`` pairs;
+    ``question_lengths``/``window`` as :func:`generate_kwargs`.
     """
     e, p = config.eval, config.prkv
-    window = e.window if window is None else window
-    logits, cache, stats = infer.prefill(
-        model, x, lengths=lengths, return_stats=policies.get("prkv").needs, window=window,
-        question_lengths=question_lengths, capacity=x.shape[1])
-    first = np.asarray(jnp.argmax(logits[jnp.arange(x.shape[0]), jnp.asarray(lengths) - 1],
-                                  axis=-1)).astype(np.int32)
-    stopped = first == tok.eos_id
+    if pre is None:
+        pre = prefill_once(model, tok, x, lengths, needs=policies.get("prkv").needs,
+                           window=e.window if window is None else window,
+                           question_lengths=question_lengths)
     out, scores = {}, {}
     for alpha, kernel in variants:
         if alpha not in scores:
-            scores[alpha] = _prkv_scores(cache, stats, alpha=float(alpha), iters=p.iters,
-                                         graph=p.graph)
+            scores[alpha] = _prkv_scores(pre.cache, pre.stats, alpha=float(alpha),
+                                         iters=p.iters, graph=p.graph)
         for r in ratios:
             budget = jnp.asarray(policies.budgets(lengths, r), jnp.int32)
-            kept = _prkv_keep(cache, stats, scores[alpha], budget, n_sink=p.n_sink,
+            kept = _prkv_keep(pre.cache, pre.stats, scores[alpha], budget, n_sink=p.n_sink,
                               n_recent=p.n_recent, kernel_size=int(kernel))
-            if e.max_new_tokens > 1:
-                gen = infer.continue_generation(
-                    model, kept, first[:, None], max_new_tokens=e.max_new_tokens - 1,
-                    stop_tokens=[tok.eos_id], pad_id=int(tok.pad_id or 0), capacity=capacity)
-                tokens = np.concatenate([first[:, None], np.asarray(gen.tokens)], axis=1)
-                n = np.where(stopped, 1, 1 + np.asarray(gen.lengths))
-            else:
-                tokens, n = first[:, None], np.ones_like(first)
-            texts = _texts(tok, tokens, n)
-            out[(alpha, kernel, r)] = ([extract_answer(t) == a for t, a in
-                                        zip(texts, answers, strict=True)], texts)
+            out[(alpha, kernel, r)] = decode_kept(model, tok, pre, kept, answers,
+                                                  config=config, capacity=capacity)
     return out
 
 
@@ -239,7 +287,7 @@ def scorers(names, config) -> dict:
             for n in names}
 
 
-def _needs(names) -> tuple[str, ...]:
+def policy_needs(names) -> tuple[str, ...]:
     """The prefill statistics the policies ``names`` score with (their union)."""
     return tuple(sorted({n for p in names for n in policies.get(p).needs}))
 
@@ -261,7 +309,7 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
     e = config.eval
 
     def capture():
-        return infer.prefill(model, x, lengths=lengths, return_stats=_needs(fns),
+        return infer.prefill(model, x, lengths=lengths, return_stats=policy_needs(fns),
                              window=e.window, capacity=x.shape[1])[1:]
 
     def forward():  # the prefill forward alone: no captures, no policy
@@ -494,16 +542,26 @@ def question_lengths(tok, prompts) -> np.ndarray:
                     np.int32)
 
 
-def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
+def ablation_pairs(config) -> list[tuple[float, int]]:
+    """The ablation's ``(alpha, kernel_size)`` pairs other than the main configuration's."""
+    a, main = config.ablation, (config.prkv.alpha, config.prkv.kernel_size)
+    return [(al, k) for al in a.alphas for k in a.kernel_sizes
+            if ablation_name(al, k) != ablation_name(*main)]
+
+
+def _ablation(model, tok, data, acc, width, capacity, ratios, config, shared=None) -> dict:
     """PRKV's exact match on ``config.ablation.task`` for every (alpha, kernel_size) pair
     at the non-zero ratios: ``{"task", "full", "main", "variants": {name: {ratio: acc}}}``
     (``{}`` when ``ablation.task`` is empty). The main configuration's row is the main
-    table's (``acc``), not run twice. With ``ablation.question_restart`` one more row: the
-    main configuration restarting on each prompt's question instead of its last
-    ``eval.window`` tokens (the paper's other restart choice)."""
+    table's (``acc``), not run twice; ``shared`` (``{(alpha, kernel, ratio): [correct]}``)
+    holds the pairs the main loop already decoded from its own prefill and PageRank
+    solves. With ``ablation.question_restart`` one more row: the main configuration
+    restarting on each prompt's question instead of its last ``eval.window`` tokens (the
+    paper's other restart choice)."""
     a = config.ablation
     if not a.task:
         return {}
+    shared = shared or {}
     d, bs = data[a.task], config.eval.batch_size
     pad_id = int(tok.pad_id or 0)
     batches = [encode(tok, d["prompt"][i:i + bs], pad_id, width)
@@ -516,9 +574,10 @@ def _ablation(model, tok, data, acc, width, capacity, ratios, config) -> dict:
     done = acc[a.task].get("prkv", {})
     evicting = [r for r in ratios if r > 0]
     pairs = [(al, k) for al in a.alphas for k in a.kernel_sizes
-             if not (ablation_name(al, k) == main and done)]
-    correct = {}
-    for x, lengths, answers, qlens in batches:   # each PageRank solved once per batch
+             if not (ablation_name(al, k) == main and done)
+             and (al, k, evicting[0]) not in shared]
+    correct = {key: list(v) for key, v in shared.items()}
+    for x, lengths, answers, qlens in batches if (pairs or a.question_restart) else ():
         cells = prkv_accuracy(model, tok, x, lengths, answers, ratios=evicting, config=config,
                               capacity=capacity, variants=pairs) if pairs else {}
         if a.question_restart:
@@ -600,7 +659,7 @@ def run(config, workdir: str) -> dict:
         raise ValueError(f"prompts of {width} tokens + eval.max_new_tokens {e.max_new_tokens} "
                          f"exceed the model's max_len {model.config.max_len}")
     ratios = [float(r) for r in e.ratios]
-    acc, agreement, costs, memory = {}, {}, {}, {}
+    acc, agreement, costs, memory, ablated = {}, {}, {}, {}, {}
     bs = e.batch_size
     fns = scorers(e.policies, config)
     for task, d in data.items():
@@ -618,16 +677,26 @@ def run(config, workdir: str) -> dict:
                                                   capacity=capacity)}}
             full = accuracy(model, tok, x, lengths, answers, policy="full", ratio=0.0,
                             config=config, capacity=capacity)
-            main = (config.prkv.alpha, config.prkv.kernel_size)
-            shared = prkv_accuracy(model, tok, x, lengths, answers, ratios=[r for r in ratios
-                                                                             if r > 0],
-                                   config=config, capacity=capacity, variants=[main]) \
-                if "prkv" in e.policies else {}
+            # one prompt forward for every policy and ratio (what each generate call would
+            # recompute), then each policy's compaction and decoding
+            pre = prefill_once(model, tok, x, lengths, needs=policy_needs(e.policies),
+                               window=e.window)
+            evicting = [r for r in ratios if r > 0]
+            cells = baseline_accuracy(model, tok, pre, lengths, answers, fns=fns,
+                                      ratios=evicting, config=config, capacity=capacity)
+            if "prkv" in e.policies:  # with the ablation's pairs on its task: same solves
+                main = (config.prkv.alpha, config.prkv.kernel_size)
+                pairs = ablation_pairs(config) if task == config.ablation.task else []
+                for (al, k, r), v in prkv_accuracy(
+                        model, tok, x, lengths, answers, ratios=evicting, config=config,
+                        capacity=capacity, variants=[main, *pairs], pre=pre).items():
+                    if (al, k) == main:
+                        cells[("prkv", r)] = v
+                    else:
+                        ablated.setdefault((al, k, r), []).extend(v[0][:take])
             for p in e.policies:
-                ok[p] = {r: full if r == 0 else shared[(*main, r)] if p == "prkv"
-                         else accuracy(model, tok, x, lengths, answers, policy=p, ratio=r,
-                                       config=config, capacity=capacity) for r in ratios
-                         if p != "full" or r == 0}
+                ok[p] = {r: full if r == 0 or not policies.get(p).evicts else cells[(p, r)]
+                         for r in ratios if p != "full" or r == 0}
             for p, per_ratio in ok.items():
                 for r, (v, texts) in per_ratio.items():
                     rows.setdefault(p, {}).setdefault(str(r), []).extend(v[:take])
@@ -644,7 +713,7 @@ def run(config, workdir: str) -> dict:
         acc[task]["full"] = {str(r): acc[task]["full"]["0.0"] for r in ratios}
         agreement[task] = {p: {r: float(np.mean(v)) for r, v in per.items()}
                            for p, per in agree.items() if p not in ("full", "question_only")}
-    ablation = _ablation(model, tok, data, acc, width, capacity, ratios, config)
+    ablation = _ablation(model, tok, data, acc, width, capacity, ratios, config, ablated)
     solved = {t: acc[t]["full"]["0.0"] >= config.claims.solved_accuracy for t in acc}
     claims = (_claims(acc, agreement, costs, memory, solved, config)
               + _ablation_claims(ablation, config))
@@ -703,7 +772,7 @@ def _report(acc, agreement, costs, memory, ablation, info, ratios, config) -> st
         lines += [f"### KV bytes kept per example and scoring time: {task}",
                   f"prefill forward {1e3 * tc['prefill_seconds']:.1f} ms per batch of "
                   f"{config.eval.cost_batch_size} prompts; the forward capturing the "
-                  f"statistics the policies need ({', '.join(_needs(config.eval.policies))}) "
+                  f"statistics the policies need ({', '.join(policy_needs(config.eval.policies))}) "
                   f"{1e3 * tc['capture_seconds']:.1f} ms.", markdown_table(kb, floatfmt=".4g")]
         if "end_to_end" in tc:
             ee = tc["end_to_end"]

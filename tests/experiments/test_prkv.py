@@ -159,6 +159,29 @@ def test_peak_memory_and_overhead_claims_on_fabricated_results():
         k: c["holds"] for k, c in held.items() if k not in (PEAK, OVERHEAD)}
 
 
+def test_one_prefill_for_every_baseline_generates_what_each_policy_generates():
+    """baseline_accuracy (one prompt forward per batch, each policy applied to its cache and
+    statistics) gives the texts generate(policy=p) gives, for every registered baseline."""
+    config = get_config("test")
+    config.eval.policies = list(exp.POLICIES)
+    model, tok, _ = exp.load_model(config)
+    kwargs = exp.task_kwargs(config)["variable_tracking"]
+    d = generate_task("variable_tracking", 2, seed=config.tasks.eval_seed, **kwargs)
+    x, lengths = exp.encode(tok, d["prompt"], int(tok.pad_id or 0), 128)
+    capacity = 128 + config.eval.max_new_tokens
+    fns = exp.scorers(config.eval.policies, config)
+    pre = exp.prefill_once(model, tok, x, lengths, needs=exp.policy_needs(config.eval.policies),
+                           window=config.eval.window)
+    cells = exp.baseline_accuracy(model, tok, pre, lengths, d["answer"], fns=fns,
+                                  ratios=[0.5, 0.75], config=config, capacity=capacity)
+    assert set(cells) == {(p, r) for p in exp.POLICIES if p not in ("full", "prkv")
+                          for r in (0.5, 0.75)}
+    for (p, r), got in cells.items():
+        ref = exp.accuracy(model, tok, x, lengths, d["answer"], policy=p, ratio=r,
+                           config=config, capacity=capacity)
+        assert got == ref, (p, r)
+
+
 @pytest.mark.deep
 def test_shared_scoring_generates_what_the_policy_generates():
     """prkv_accuracy (one PageRank solve per batch for every ratio and pooling) gives the
