@@ -149,6 +149,7 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
                              "(Stats.attn), which decoding does not keep; compress_every "
                              "works with policies that score from queries, attention column "
                              "sums, keys or positions")
+    fresh = held is None
     held = np.zeros_like(lengths) if held is None else np.asarray(held, np.int32)
     start = np.zeros_like(lengths) if start is None else np.asarray(start, np.int32)
     longest = int(np.max(start + lengths))
@@ -161,20 +162,28 @@ def _plan(model: Transformer, tokens, *, lengths=None, pad_id=0, policy="full", 
     evicts = pol.evicts and (bool(ratio) or budget is not None)
     total = held + lengths                               # entries after the chunk, per row
     context = int(total.max()) + (max_new if compress_every else 0)
-    kept = _budgets(total, ratio, budget, context, compress_every)
-    after = kept if evicts else total
     # While decoding, the cache holds the kept entries plus what was generated since
     # the last compression (every new token when compress_every is unset); writing a
     # padded chunk onto a held cache needs held + T slots first.
     grow = min(compress_every, max_new) if (evicts and compress_every) else max_new
-    # An absolute budget is the cache's size while decoding (kvpress's target_size),
-    # which may exceed a short prompt; a ratio keeps the prompt's kept count.
-    during = np.full_like(after, budget) if (evicts and budget is not None) else after
-    need = int(max(after.max(), during.max())) + grow
+
+    def slots(total):
+        kept = _budgets(total, ratio, budget, context, compress_every)
+        after = kept if evicts else total
+        # An absolute budget is the cache's size while decoding (kvpress's target_size),
+        # which may exceed a short prompt; a ratio keeps the prompt's kept count.
+        during = np.full_like(after, budget) if (evicts and budget is not None) else after
+        return after, during, int(max(after.max(), during.max())) + grow
+
+    after, during, need = slots(total)
     if held.any():
         need = max(need, int(held.max()) + tokens.shape[1])
     if capacity is None:
-        capacity = need
+        # A prompt's default is sized from its padded width, not from its rows' lengths,
+        # so that every batch of one shape runs one compiled program (sized from the
+        # lengths, each batch whose longest row differed compiled its own).
+        capacity = max(need, min(slots(np.full_like(total, tokens.shape[1]))[2],
+                                 cfg.max_len)) if fresh else need
     elif not isinstance(capacity, int) or capacity < need:
         raise ValueError(f"capacity={capacity!r} is below the {need} cache slots needed "
                          f"(kept entries {int(after.max())} + max_new_tokens {max_new})")
@@ -295,8 +304,9 @@ def prefill(model: Transformer, tokens, *, policy: str = "full", ratio: float = 
         applied after the prompt with ``budget = int(T_b * (1 - ratio))`` per row
         (kvpress's rule); ``ratio=0`` keeps everything.
       budget: instead of ``ratio``, keep ``min(budget, T_b)`` entries per KV head.
-      capacity: slots per KV head of the returned cache (default: just enough
-        for the kept entries); must be at least the largest budget.
+      capacity: slots per KV head of the returned cache (default: what a row of
+        the padded width ``T`` keeps, so the program depends on shapes only); must be
+        at least the largest budget.
       policy_kwargs: passed to the policy (static, so hashable); ``window=``
         sets how many last queries are captured for policies that need them.
       question_lengths: ``[B]`` ints, each row's question = its last
@@ -462,8 +472,9 @@ def generate(model: Transformer, tokens, *, max_new_tokens: int | None = None,
         every this many new tokens the policy re-scores the cache with the queries
         of those tokens and keeps it at the prompt's budget, so a long generation
         stays within ``budget + compress_every`` entries per KV head.
-      capacity: cache slots per KV head (default: kept prompt entries + max_new_tokens,
-        or + compress_every when compressing).
+      capacity: cache slots per KV head (default: the entries a row of the padded
+        width ``T`` keeps + max_new_tokens, or + compress_every when compressing, at
+        most ``max_len``: one compiled program serves every batch of one shape).
       return_cache: also return the cache (prompt and generated tokens) in
         ``Generation.cache``, for :func:`continue_generation`.
 

@@ -181,3 +181,19 @@ def test_as_batch_pads_lists_and_checks_lengths():
     assert tokens.shape == (1, 2) and lengths.tolist() == [2]
     with pytest.raises(ValueError, match="lengths"):
         infer.as_batch(np.ones((1, 3), np.int32), lengths=[0])
+
+
+@pytest.mark.parametrize("cell", [{}, {"policy": "snapkv", "ratio": 0.5}])
+def test_batches_of_one_padded_shape_share_one_compiled_program(model, cell):
+    # The default capacity is sized from the padded width, not the longest row: a
+    # batch whose longest row differs must not compile its own program.
+    x = np.asarray(jax.random.randint(jax.random.key(3), (2, 12), 1, CFG.vocab_size))
+    kw = dict(max_new_tokens=3, window=4, **cell)
+    before = engine._generate_jit._cache_size()
+    batches = ((12, 9), (8, 5), (11, 11))
+    outs = [infer.generate(model, x, lengths=np.asarray(lens, np.int32), **kw)
+            for lens in batches]
+    assert engine._generate_jit._cache_size() - before == 1
+    for lens, out in zip(batches, outs):  # the padding and the larger cache change nothing
+        ref = infer.generate(model, [list(x[b, :n]) for b, n in enumerate(lens)], **kw)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
