@@ -10,11 +10,12 @@ runs once (:func:`prefill_once`) and every policy compresses that cache
 (:func:`baseline_accuracy`); PRKV's PageRank, matrix-free from the prompt's
 queries and keys, is solved once per batch for every ratio and pooling
 (:func:`prkv_accuracy`); both give what ``generate(policy=...)`` gives. The
-paper's claims, as it states them: accuracy against the baselines at each ratio; the peak memory of prefill +
-scoring + decoding against the full cache (:func:`memory_costs`: the compiled
-generate program per policy and ratio at the run's widest prompt, with the bytes
-of weights, prompt cache, captured statistics, scoring scratch and decode cache,
-and PRKV on materialised attention beside it); the end-to-end overhead (one
+paper's claims, as it states them: accuracy against the baselines at each ratio;
+the peak memory of prefill + scoring + decoding against the full cache
+(:func:`memory_costs`: the compiled generate program per policy and ratio at the
+run's widest prompt, with the bytes of weights, prompt cache, captured
+statistics, scoring scratch and decode cache, and PRKV on materialised attention
+beside it); the end-to-end overhead (one
 generate call of PRKV, captures and scoring included, over the full cache's:
 :func:`cache_costs`). Also measured: the kept KV bytes per example, each
 policy's scoring time as a fraction of the prefill forward, and a question-only
