@@ -181,7 +181,7 @@ def test_device_benchmark_refuses_a_host_without_a_target_gpu():
         pytest.skip("hardware: a target GPU is present, so --device times kernels instead of "
                     "refusing (the refusal is what this test checks)")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, "benchmarks/kernels.py", "--device"], cwd=root,
+    proc = subprocess.run([sys.executable, "benchmarks/pallas_kernels.py", "--device"], cwd=root,
                           env=dict(os.environ, PYTHONPATH=root), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "no GPU present" in proc.stderr

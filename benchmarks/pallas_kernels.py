@@ -1,8 +1,8 @@
 """Each Pallas kernel next to its XLA counterpart.
 
-  python benchmarks/kernels.py            # CPU: interpret-mode correctness only
-  python benchmarks/kernels.py --repeats 50   # GPU: median times and ratios
-  python benchmarks/kernels.py --device   # GPU only: each taxonomy strategy's kernel vs XLA
+  python benchmarks/pallas_kernels.py            # CPU: interpret-mode correctness only
+  python benchmarks/pallas_kernels.py --repeats 50   # GPU: median times and ratios
+  python benchmarks/pallas_kernels.py --device   # GPU only: each taxonomy strategy's kernel vs XLA
 
 On a CPU the kernels can only run in Pallas interpret mode, whose time says
 nothing about GPU speed, so the benchmark reports correctness (max relative
