@@ -33,10 +33,8 @@ import json
 import os
 import shutil
 
-from absl import logging
-
 from lab.data import ByteTokenizer
-from lab.zoo import vlm
+from lab.zoo import store, vlm
 from lab.zoo.evaluate import evaluate
 from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec, byte_lm, spec_from_config, train_recipe
 from lab.zoo.store import (
@@ -44,8 +42,6 @@ from lab.zoo.store import (
     CorruptEntry,
     cache_root,
     entry_keys,
-    entry_lock,
-    quarantine,
     read_entry,
     shipped_dir,
     write_entry,
@@ -120,39 +116,22 @@ def record_load(row: dict) -> None:
     _LOADS.append(dict(row))
 
 
-def _record(spec: ZooSpec, source: str, path: str, metrics: dict, notes: list[str]) -> None:
-    host = metrics.get("host") or {}
-    record_load({"name": spec.name, "key": spec.key, "source": source, "path": path,
-                 "train_seconds": (metrics.get("seconds") or {}).get("train"),
-                 "trained_on": host.get("cpu"),
-                 "stored_dtype": (metrics.get("shipped") or {}).get("dtype", "float32"),
-                 "notes": notes[:]})
-
-
-def _shipped(spec: ZooSpec, notes: list[str]):
-    """``(model, metrics)`` of the shipped entry of ``spec``'s key, or None (with the reason
-    appended to ``notes`` and logged) when there is none or it cannot be trusted."""
-    root, key = shipped_dir(), spec.key
-    keys = entry_keys(root, spec.name)
-    if key not in keys:
-        if keys:
-            notes.append(f"the shipped {spec.name} is {', '.join(keys)}, trained by another "
-                         f"recipe than {key}'s (its spec changed and the weights were not "
-                         f"re-shipped: python -m lab.zoo.ship {spec.name})")
-            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
-        return None
-    try:
-        return read_entry(key, spec.model, spec.digest(), root=root)
-    except CorruptEntry as e:
-        notes.append(f"the shipped entry cannot be trusted: {e}")
-        logging.warning("zoo: %s; using the cache or training instead", notes[-1])
-        return None
+def record_resolved(name: str, key: str, got: store.Resolved) -> None:
+    """Records a load found by :func:`lab.zoo.store.resolve` (:func:`loads`): where it came
+    from, its training time and host, the dtype it was stored in, the notes."""
+    m = got.metrics
+    record_load({"name": name, "key": key, "source": got.source, "path": got.path,
+                 "train_seconds": (m.get("seconds") or {}).get("train", m.get("train_seconds")),
+                 "trained_on": (m.get("host") or {}).get("cpu"),
+                 "stored_dtype": (m.get("shipped") or {}).get("dtype", "float32"),
+                 "notes": got.notes[:]})
 
 
 def load_spec(spec: ZooSpec, *, source: str | None = None, on_corrupt: str = "retrain",
               progress: bool = True):
     """Returns ``(model, tokenizer)`` for ``spec``: shipped, cached or trained (``source``, see
-    the module docstring), and records where it came from (:func:`loads`).
+    the module docstring, and :func:`lab.zoo.store.resolve`), and records where it came
+    from (:func:`loads`).
 
     An entry is verified (checksums, parameter names and shapes, digest) before
     use. A corrupt cache entry: ``on_corrupt="retrain"`` moves it aside
@@ -165,56 +144,27 @@ def load_spec(spec: ZooSpec, *, source: str | None = None, on_corrupt: str = "re
         raise ValueError(f"load_spec expects a ZooSpec, got {type(spec).__name__}")
     if on_corrupt not in ON_CORRUPT:
         raise ValueError(f"on_corrupt={on_corrupt!r}; expected one of {ON_CORRUPT}")
-    source = resolve_source(source)
-    key, notes = spec.key, []
-    if source in ("auto", "shipped"):
-        got = _shipped(spec, notes)
-        if got is not None:
-            _record(spec, "shipped", os.path.join(shipped_dir(), key), got[1], notes)
-            return got[0], ByteTokenizer()
-        if source == "shipped":
-            raise ValueError(f"source='shipped' but Lab ships no usable entry {key} "
-                             f"({'; '.join(notes) or 'none of that name'}); shipped: "
-                             f"{entry_keys(shipped_dir())}")
-    # "train" reads the cache only for what this process trained itself
-    use_cache = source != "train" or TRAININGS[key] > 0
+    source, key = resolve_source(source), spec.key
 
-    def cached():
-        model, metrics = read_entry(key, spec.model, spec.digest())
-        _record(spec, "cached" if TRAININGS[key] == 0 else "trained", entry_path(spec),
-                metrics, notes)
-        return model, ByteTokenizer()
-
-    if use_cache:
-        try:
-            return cached()
-        except FileNotFoundError:
-            pass
-        except CorruptEntry:
-            if on_corrupt == "raise":
-                raise
-    with entry_lock(key):
-        if use_cache or TRAININGS[key] > 0:  # another thread may have finished it meanwhile
-            try:
-                return cached()
-            except FileNotFoundError:
-                pass
-            except CorruptEntry as e:
-                if on_corrupt == "raise":
-                    raise
-                moved = quarantine(entry_path(spec))
-                logging.warning("zoo: %s; moved it to %s and retraining", e, moved)
+    def build():
         init = load_base(spec, source=source, on_corrupt=on_corrupt, progress=progress)
         workdir = os.path.join(zoo_dir(), f".work-{key}")
         if source == "train":  # from scratch: not from a partial run of an earlier process
             shutil.rmtree(workdir, ignore_errors=True)
         model, metrics = train_model(spec, workdir, progress=progress, init=init)
-        TRAININGS[key] += 1
-        path = write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
-                                        "format": ZOO_FORMAT}, metrics)
+        write_entry(key, model, {"spec": spec.to_dict(), "digest": spec.digest(),
+                                 "format": ZOO_FORMAT}, metrics)
         shutil.rmtree(workdir, ignore_errors=True)
-    _record(spec, "trained", path, metrics, notes)
-    return model, ByteTokenizer()
+        return model, metrics
+
+    got = store.resolve(
+        key, spec.name, source, shipped=shipped_dir(), cache=zoo_dir(),
+        read=lambda root: read_entry(key, spec.model, spec.digest(), root=root), build=build,
+        trainings=TRAININGS, on_corrupt=on_corrupt,
+        reship=(f" (its spec changed and the weights were not re-shipped: python -m "
+                f"lab.zoo.ship {spec.name})"))
+    record_resolved(spec.name, key, got)
+    return got.obj, ByteTokenizer()
 
 
 def load_base(spec: ZooSpec, *, source: str | None = None, on_corrupt: str = "retrain",
@@ -304,6 +254,7 @@ def regime(spec: ZooSpec | str, *, source: str | None = None) -> dict:
 __all__ = [
     "NAMED", "SOURCES", "TRAININGS", "vlm", "CorruptEntry", "ZooSpec", "byte_lm", "cache_root",
     "entry_path", "evaluate", "get_spec", "is_checkpoint_dir", "list", "load", "load_base",
-    "load_model", "load_spec", "loads", "metrics", "regime", "resolve_source", "shipped_dir",
+    "load_model", "load_spec", "loads", "metrics", "record_resolved", "regime", "resolve_source",
+    "shipped_dir",
     "spec_from_config", "train_recipe",
 ]

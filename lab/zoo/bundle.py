@@ -29,7 +29,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from flax import nnx
 
 from lab import host
@@ -37,9 +36,8 @@ from lab.zoo.store import (
     CorruptEntry,
     cache_root,
     entry_keys,
-    entry_lock,
-    quarantine,
     read_files,
+    resolve,
     write_files,
 )
 
@@ -141,17 +139,6 @@ def _read(root: str, k: str, recipe: dict, template: Callable[[], Modules]):
     return unflatten(nnx.eval_shape(template), flat, f"bundle {path}"), metrics
 
 
-def _record(modules: Modules, k: str, source: str, path: str, metrics: dict,
-            notes: list[str]) -> Bundle:
-    from lab.zoo import record_load
-
-    record_load({"name": k.rsplit("-", 1)[0], "key": k, "source": source, "path": path,
-                 "train_seconds": metrics.get("train_seconds"),
-                 "trained_on": (metrics.get("host") or {}).get("cpu"),
-                 "stored_dtype": "float32", "notes": notes[:]})
-    return Bundle(modules, metrics, source, k)
-
-
 def load(name: str, recipe: dict, train: Callable[[], tuple[Modules, dict]],
          template: Callable[[], Modules], *, source: str | None = None) -> Bundle:
     """The :class:`Bundle` (modules, metrics, source, key) of the bundle ``name`` trained
@@ -164,46 +151,26 @@ def load(name: str, recipe: dict, train: Callable[[], tuple[Modules, dict]],
     entry that fails its checks is passed over with a warning; a corrupt cache entry is
     moved aside (``<entry>.corrupt-<ms>``) and retrained.
     """
-    from lab.zoo import resolve_source
+    from lab.zoo import record_resolved, resolve_source
 
-    source, k, notes = resolve_source(source), key(name, recipe), []
-    if source in ("auto", "shipped"):
-        try:
-            modules, metrics = _read(shipped_root(), k, recipe, template)
-            return _record(modules, k, "shipped", os.path.join(shipped_root(), k), metrics,
-                           notes)
-        except FileNotFoundError:
-            others = entry_keys(shipped_root(), name)
-            if others:
-                notes.append(f"the shipped {name} is {', '.join(others)}, trained by another "
-                             f"recipe than {k}'s (python -m lab.zoo.ship --bundle {k})")
-        except CorruptEntry as e:
-            notes.append(f"the shipped entry cannot be trusted: {e}")
-        if notes:
-            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
-        if source == "shipped":
-            raise ValueError(f"source='shipped' but Lab ships no usable bundle {k} "
-                             f"({'; '.join(notes) or 'none of that name'})")
-    root, path = cache_dir(), os.path.join(cache_dir(), k)
-    with entry_lock(k, root):
-        if source != "train" or TRAININGS.get(k):
-            try:
-                modules, metrics = _read(root, k, recipe, template)
-                return _record(modules, k, "trained" if TRAININGS.get(k) else "cached", path,
-                               metrics, notes)
-            except FileNotFoundError:
-                pass
-            except CorruptEntry as e:
-                logging.warning("zoo: %s; moved it to %s and retraining", e, quarantine(path))
+    source, k = resolve_source(source), key(name, recipe)
+
+    def build():
         t0 = time.perf_counter()
         modules, metrics = train()
         metrics = {**metrics, "train_seconds": time.perf_counter() - t0,
                    "host": host.describe()}
         write_files(k, flatten(modules), {"name": name, "recipe": recipe,
                                           "digest": digest(recipe), "format": BUNDLE_FORMAT},
-                    metrics, root=root)
-        TRAININGS[k] = TRAININGS.get(k, 0) + 1
-    return _record(modules, k, "trained", path, metrics, notes)
+                    metrics, root=cache_dir())
+        return modules, metrics
+
+    got = resolve(k, name, source, shipped=shipped_root(), cache=cache_dir(),
+                  read=lambda root: _read(root, k, recipe, template), build=build,
+                  trainings=TRAININGS, what="bundle",
+                  reship=f" (python -m lab.zoo.ship --bundle {k})")
+    record_resolved(name, k, got)
+    return Bundle(got.obj, got.metrics, got.source, k)
 
 
 def ship(k: str, *, cache: str | None = None) -> dict:

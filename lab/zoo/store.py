@@ -30,9 +30,12 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, MutableMapping
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from absl import logging
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
@@ -211,6 +214,84 @@ def quarantine(path: str) -> str:
     dest = f"{path}.corrupt-{int(time.time() * 1000)}"
     os.rename(path, dest)
     return dest
+
+
+class Resolved(NamedTuple):
+    """What :func:`resolve` found: the object, its stored metrics, where it came from
+    (``"shipped"``, ``"cached"`` or ``"trained"``), the entry's path, and the notes on
+    entries passed over."""
+
+    obj: Any
+    metrics: dict
+    source: str
+    path: str
+    notes: list[str]
+
+
+def resolve(key: str, name: str, source: str, *, shipped: str, cache: str,
+            read: Callable[[str], tuple[Any, dict]], build: Callable[[], tuple[Any, dict]],
+            trainings: MutableMapping[str, int], what: str = "entry", reship: str = "",
+            on_corrupt: str = "retrain") -> Resolved:
+    """The one rule by which the zoo's stores (named models, VLMs, method bundles) find
+    the entry ``key`` of model ``name``: shipped, cached or trained now.
+
+    ``source`` (already resolved): ``"auto"`` and ``"shipped"`` try ``shipped/key`` first;
+    a shipped entry of another key (its recipe changed; ``reship`` is appended to that
+    note) or one that fails its checks is noted, logged and passed over, and
+    ``"shipped"`` then raises ValueError. Next the cache ``cache/key`` (``"train"``
+    reads it only for what this process trained itself, counted in ``trainings``); else
+    ``build()`` trains, writes ``cache/key`` and returns ``(obj, metrics)``, under the
+    entry's lock so that concurrent processes train it once. A corrupt cache entry is
+    moved aside and rebuilt, or (``on_corrupt="raise"``) raises :class:`CorruptEntry`.
+    ``read(root) -> (obj, metrics)`` raises FileNotFoundError when ``root`` has no such
+    entry and CorruptEntry when it cannot be trusted.
+    """
+    notes: list[str] = []
+    if source in ("auto", "shipped"):
+        keys = entry_keys(shipped, name)
+        if key in keys:
+            try:
+                obj, metrics = read(shipped)
+                return Resolved(obj, metrics, "shipped", os.path.join(shipped, key), notes)
+            except CorruptEntry as e:
+                notes.append(f"the shipped entry cannot be trusted: {e}")
+        elif keys:
+            notes.append(f"the shipped {name} is {', '.join(keys)}, trained by another recipe "
+                         f"than {key}'s{reship}")
+        if notes:
+            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
+        if source == "shipped":
+            raise ValueError(f"source='shipped' but Lab ships no usable {what} {key} "
+                             f"({'; '.join(notes) or 'none of that name'})")
+    path = os.path.join(cache, key)
+
+    def cached() -> Resolved:
+        obj, metrics = read(cache)
+        return Resolved(obj, metrics, "trained" if trainings.get(key) else "cached", path,
+                        notes)
+
+    use_cache = source != "train" or bool(trainings.get(key))
+    if use_cache:  # without the lock: a read-only cache still serves what it holds
+        try:
+            return cached()
+        except FileNotFoundError:
+            pass
+        except CorruptEntry:
+            if on_corrupt == "raise":
+                raise
+    with entry_lock(key, cache):
+        if use_cache or trainings.get(key):  # another process may have built it meanwhile
+            try:
+                return cached()
+            except FileNotFoundError:
+                pass
+            except CorruptEntry as e:
+                if on_corrupt == "raise":
+                    raise
+                logging.warning("zoo: %s; moved it to %s and retraining", e, quarantine(path))
+        obj, metrics = build()
+        trainings[key] = trainings.get(key, 0) + 1
+    return Resolved(obj, metrics, "trained", path, notes)
 
 
 def read_entry(key: str, config: TransformerConfig, digest: str,

@@ -722,71 +722,27 @@ def load_spec(spec: VLMSpec, *, source: str | None = None, progress: bool = True
               ) -> tuple[VLM, VLMTokenizer]:
     """``(model, tokenizer)`` of ``spec``: shipped (``lab/zoo/weights``), cached
     (``$LAB_CACHE/zoo``) or trained now and cached, with :func:`lab.zoo.load`'s ``source``
-    rules; every load is recorded in :func:`lab.zoo.loads`. A corrupt cache entry is moved
-    aside and retrained."""
-    import os
-
-    from absl import logging
-
+    rules (:func:`lab.zoo.store.resolve`); every load is recorded in
+    :func:`lab.zoo.loads`. A corrupt cache entry is moved aside and retrained."""
     from lab import zoo
-    from lab.zoo.store import (
-        CorruptEntry,
-        entry_keys,
-        entry_lock,
-        quarantine,
-        shipped_dir,
-        write_files,
-        zoo_dir,
-    )
+    from lab.zoo.store import resolve, shipped_dir, write_files, zoo_dir
 
     if not isinstance(spec, VLMSpec):
         raise ValueError(f"load_spec expects a VLMSpec, got {type(spec).__name__}")
-    source = zoo.resolve_source(source)
-    key, notes = spec.key, []
+    key = spec.key
 
-    def record(where, path, metrics):
-        zoo.record_load({"name": spec.name, "key": key, "source": where, "path": path,
-                         "train_seconds": (metrics.get("seconds") or {}).get("train"),
-                         "trained_on": (metrics.get("host") or {}).get("cpu"),
-                         "stored_dtype": (metrics.get("shipped") or {}).get("dtype",
-                                                                           "float32"),
-                         "notes": notes[:]})
-
-    if source in ("auto", "shipped"):
-        keys = entry_keys(shipped_dir(), spec.name)
-        if key in keys:
-            try:
-                model, metrics = _read(shipped_dir(), spec)
-                record("shipped", os.path.join(shipped_dir(), key), metrics)
-                return model, TOKENIZER
-            except CorruptEntry as e:
-                notes.append(f"the shipped entry cannot be trusted: {e}")
-        elif keys:
-            notes.append(f"the shipped {spec.name} is {', '.join(keys)}, trained by another "
-                         f"recipe than {key}'s")
-        if notes:
-            logging.warning("zoo: %s; using the cache or training instead", notes[-1])
-        if source == "shipped":
-            raise ValueError(f"source='shipped' but Lab ships no usable entry {key} "
-                             f"({'; '.join(notes) or 'none of that name'})")
-    root, path = zoo_dir(), os.path.join(zoo_dir(), key)
-    with entry_lock(key, root):
-        if source != "train" or TRAININGS.get(key):
-            try:
-                model, metrics = _read(root, spec)
-                record("trained" if TRAININGS.get(key) else "cached", path, metrics)
-                return model, TOKENIZER
-            except FileNotFoundError:
-                pass
-            except CorruptEntry as e:
-                logging.warning("zoo: %s; moved it to %s and retraining", e, quarantine(path))
+    def build():
         model, metrics = train_vlm(spec, progress=progress)
         write_files(key, {k: np.asarray(v) for k, v in _flat(model).items()},
                     {"spec": spec.to_dict(), "digest": spec.digest(), "format": VLM_FORMAT},
-                    metrics, root=root)
-        TRAININGS[key] = TRAININGS.get(key, 0) + 1
-    record("trained", path, metrics)
-    return model, TOKENIZER
+                    metrics, root=zoo_dir())
+        return model, metrics
+
+    got = resolve(key, spec.name, zoo.resolve_source(source), shipped=shipped_dir(),
+                  cache=zoo_dir(), read=lambda root: _read(root, spec), build=build,
+                  trainings=TRAININGS)
+    zoo.record_resolved(spec.name, key, got)
+    return got.obj, TOKENIZER
 
 
 def _flat(model: VLM) -> dict[str, np.ndarray]:

@@ -144,16 +144,16 @@ def test_concurrent_load_waits_for_the_writer(cache, monkeypatch):
     real_lock = entry_lock
 
     @contextmanager
-    def observed_lock(key):
+    def observed_lock(key, root=None):
         waiting.set()  # the loader's first read found nothing; it now asks for the lock
-        with real_lock(key):
+        with real_lock(key, root):
             acquired.set()
             yield
 
     def no_training(*args, **kwargs):
         raise AssertionError("the waiting load trained instead of using the writer's entry")
 
-    monkeypatch.setattr(zoo, "entry_lock", observed_lock)
+    monkeypatch.setattr("lab.zoo.store.entry_lock", observed_lock)
     monkeypatch.setattr("lab.zoo.train.train_model", no_training)
     with real_lock(spec.key):  # "another process" is writing this entry
         t = threading.Thread(target=lambda: result.update(out=zoo.load_spec(spec)))
