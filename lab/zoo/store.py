@@ -262,7 +262,8 @@ def resolve(key: str, name: str, source: str, *, shipped: str, cache: str,
             logging.warning("zoo: %s; using the cache or training instead", notes[-1])
         if source == "shipped":
             raise ValueError(f"source='shipped' but Lab ships no usable {what} {key} "
-                             f"({'; '.join(notes) or 'none of that name'})")
+                             f"({'; '.join(notes) or 'none of that name'}); shipped: "
+                             f"{entry_keys(shipped)}")
     path = os.path.join(cache, key)
 
     def cached() -> Resolved:
