@@ -150,32 +150,6 @@ def held_out_levels(task: Mapping, n: int, seed: int, exclude: set[str] = frozen
     return out
 
 
-def _generate(model, tokenizer, prompts: Sequence[str], max_new: int, width: int,
-              config: RegimeConfig, temperature: float, seed: int) -> list[str]:
-    """Completions of ``prompts`` (BOS + prompt, right-padded to ``width``) in batches of
-    ``config.batch_size`` rows, cut at EOS and decoded."""
-    from lab.infer import generate
-    from lab.train.rl import encode_prompts
-
-    texts = []
-    b = config.batch_size
-    for j, start in enumerate(range(0, len(prompts), b)):
-        chunk = list(prompts[start:start + b])
-        m = len(chunk)
-        chunk += [chunk[0]] * (b - m)  # keep one compiled shape
-        tokens, lengths = encode_prompts(tokenizer, chunk, width)
-        out = generate(model, tokens, lengths=lengths, max_new_tokens=max_new,
-                       temperature=temperature, stop_tokens=(tokenizer.eos_id,),
-                       seed=seed + j, pad_id=tokenizer.pad_id)
-        ids = np.asarray(out.tokens)[:m]
-        for row in ids:
-            row = row.tolist()
-            if tokenizer.eos_id in row:
-                row = row[:row.index(tokenizer.eos_id)]
-            texts.append(tokenizer.decode(row))
-    return texts
-
-
 def level_metrics(rows, greedy: Sequence[str], sampled: Sequence[str], config: RegimeConfig,
                   exact_match: float) -> dict:
     """The numbers of one level (see the module docstring) from its rows (``operands``,
@@ -224,6 +198,7 @@ def measure_regime(model, task: Mapping, exclude: set[str], seq_len: int,
     teacher-forced evaluation's row length; ``data_seed``: the spec's data seed, mixed
     into the held-out prompts' seed.
     """
+    from lab import infer
     from lab.zoo.evaluate import evaluate
 
     config = config or RegimeConfig()
@@ -236,10 +211,12 @@ def measure_regime(model, task: Mapping, exclude: set[str], seq_len: int,
     per_level = []
     for li, ((steps, digits), ds) in enumerate(sets.items()):
         tf = evaluate(model, ds.map(lambda r: {"task": "level"}), tok, seq_len)
-        greedy = _generate(model, tok, ds["prompt"], max_new, width, config, 0.0, 0)
+        greedy = infer.complete(model, tok, ds["prompt"], max_new_tokens=max_new, width=width,
+                                batch=config.batch_size)
         repeated = [p for p in ds["prompt"] for _ in range(config.samples)]
-        sampled = _generate(model, tok, repeated, max_new, width, config, config.temperature,
-                            config.seed * 100003 + li * 10007)
+        sampled = infer.complete(model, tok, repeated, max_new_tokens=max_new, width=width,
+                                 batch=config.batch_size, temperature=config.temperature,
+                                 seed=config.seed * 100003 + li * 10007)
         m = level_metrics(ds, greedy, sampled, config, tf["level"]["exact_match"])
         per_level.append({"steps": steps, "digits": digits, "difficulty": steps * digits, **m})
     by_difficulty = group_by_difficulty(per_level, config.ks)

@@ -127,12 +127,12 @@ def test_measure_regime_on_a_tiny_model(monkeypatch):
     answers = {p: c for ds in sets.values() for p, c in zip(ds["prompt"], ds["completion"],
                                                             strict=True)}
 
-    def oracle(model, tok, prompts, max_new, width, config, temperature, seed):
-        assert width + max_new <= model.config.max_len
+    def oracle(model, tok, prompts, *, max_new_tokens, width, batch, temperature=0.0, seed=0):
+        assert width + max_new_tokens <= model.config.max_len
         return [answers[p] if int(p.split("+")[0].split("-")[0]) % 2 == 0 else "1+1=3\nA: 3"
                 for p in prompts]
 
-    monkeypatch.setattr(reasoning, "_generate", oracle)
+    monkeypatch.setattr("lab.infer.complete", oracle)
     block = reasoning.measure_regime(model, task, set(), 128, config, tokenizer=ByteTokenizer())
     assert [(r["steps"], r["digits"]) for r in block["levels"]] == [(1, 2), (2, 2)]
     for r, ds in zip(block["levels"], sets.values(), strict=True):
