@@ -25,14 +25,12 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-import jax
 import numpy as np
 
 from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.gui_libra.env import GuiEnv, completion_action, parse_action
 from lab.train import TrainConfig, Trainer, rewards, sft_loss
-from lab.train.rl import encode_prompts
 
 MODES = ("reason", "direct", "long")
 _ID_RE = re.compile(r"#(\d+)")
@@ -148,18 +146,12 @@ def lm_policy(model, tokenizer, mode: str, *, max_new_tokens: int, width: int,
 
     def policy(screens: Sequence[str]) -> list[str]:
         texts = []
-        for i in range(0, len(screens), batch):
-            chunk = [prompt(s, mode) for s in screens[i:i + batch]]
-            m = len(chunk)
-            chunk += [chunk[-1]] * (batch - m)
-            ids, lens = encode_prompts(tokenizer, chunk, width)
-            kw = {} if temperature == 0 else {"temperature": float(temperature)}
-            out = infer.generate(model, ids, lengths=lens, max_new_tokens=max_new_tokens,
-                                 stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id,
-                                 seed=seed + calls[0], **kw)
+        for i in range(0, len(screens), batch):  # each call's batches draw fresh seeds
+            texts += infer.complete(model, tokenizer,
+                                    [prompt(s, mode) for s in screens[i:i + batch]],
+                                    max_new_tokens=max_new_tokens, width=width, batch=batch,
+                                    temperature=temperature, seed=seed + calls[0])
             calls[0] += 1
-            toks, n = (np.asarray(x) for x in jax.device_get((out.tokens, out.lengths)))
-            texts += [tokenizer.decode(toks[j, :n[j]]) for j in range(m)]
         return texts
 
     return policy
