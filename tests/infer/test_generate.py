@@ -194,6 +194,7 @@ def test_batches_of_one_padded_shape_share_one_compiled_program(model, cell):
     outs = [infer.generate(model, x, lengths=np.asarray(lens, np.int32), **kw)
             for lens in batches]
     assert engine._generate_jit._cache_size() - before == 1
-    for lens, out in zip(batches, outs):  # the padding and the larger cache change nothing
+    # the padding and the larger cache change nothing
+    for lens, out in zip(batches, outs, strict=True):
         ref = infer.generate(model, [list(x[b, :n]) for b, n in enumerate(lens)], **kw)
         np.testing.assert_array_equal(out.tokens, ref.tokens)
