@@ -18,10 +18,16 @@ Question types (:data:`TEMPOCAUSAL_TYPES`), each with the ground truth from the 
 - ``effect``: which option is an effect (direct or indirect) of X? (mirror image);
 - ``order``: which option started first? (4 events with distinct starts);
 - ``intervention``: if X is prevented (``do(X = 0)``), does Y still happen? yes/no,
-  balanced; Y is a descendant of X, with or without another causal path around X,
-  or (for "yes" when no such descendant exists) any other event;
+  balanced; Y is a descendant of X, with or without another causal path around X, and
+  the link counts of X and Y and whether X directly caused Y are drawn among those that
+  pairs of both answers have;
 - ``counterfactual``: had X not happened, which option would not have happened?
   (one event truncated with X, three that survive, X's surviving descendants first).
+
+The options of ``cause``, ``effect`` and ``counterfactual`` never share a link with X
+and all have the answer's number of links, so neither the words next to X nor how
+often an option is named point at the answer (stories that cannot pose such a set are
+redrawn: they need about 6 events or more).
 
 The prompt lists the options in random order (``options: a b c d``); the answer
 is an event name or ``yes`` / ``no``. ``trace`` is a reasoning chain for a CoT
@@ -112,18 +118,22 @@ def _pick(rng, pool, k):
     return [pool[int(i)] for i in rng.choice(len(pool), size=min(k, len(pool)), replace=False)]
 
 
-def _distractors(rng, ans, pool, near, degree, k=3):
-    """``k`` of ``pool``: link count closest to the answer's first (so how connected an
-    option is says nothing), then ``near`` ones (hard distractors), ties at random."""
-    pool = sorted(pool)
-    key = {c: (abs(degree[c] - degree[ans]), c not in near, rng.random()) for c in pool}
-    return sorted(pool, key=key.get)[:k]
-
-
-def _lopsided(rng, ans, wrong, degree, keep: float = 0.05) -> bool:
-    """True (reject the story) for most option sets where the answer has more links than
-    every distractor: a kept fraction ``keep`` leaves "the most linked option" near chance."""
-    return degree[ans] > max(degree[w] for w in wrong) and rng.random() > keep
+def _event_question(rng, answers, pools, near, degree, k=3):
+    """``(x, answer, wrong)`` for an event question: ``(x, answer)`` drawn among the pairs
+    (``answer`` in ``answers[x]``) with at least ``k`` candidates in ``pools[x]`` of the
+    answer's link count, so that how connected an option is (how often the text names
+    it) says nothing about the answer; the ``k`` distractors are ``near[x]`` ones (hard
+    distractors) first, ties at random. None when no pair has them. (A closest-count
+    rule left the answer more linked than its distractors on most small stories, where
+    "not the least linked option" beat chance.)"""
+    pairs = [(x, a) for x in range(len(answers)) for a in sorted(answers[x])
+             if sum(degree[c] == degree[a] for c in pools[x]) >= k]
+    if not pairs:
+        return None
+    x, ans = pairs[int(rng.integers(len(pairs)))]
+    same = sorted(c for c in pools[x] if degree[c] == degree[ans])
+    key = {c: (c not in near[x], rng.random()) for c in same}
+    return x, ans, sorted(same, key=key.get)[:k]
 
 
 def _question(rng, qtype, parents, children, starts, n):
@@ -136,15 +146,12 @@ def _question(rng, qtype, parents, children, starts, n):
     degree = [len(parents[i]) + len(children[i]) for i in range(n)]
     if qtype in ("cause", "effect"):
         rel, other = (anc, desc) if qtype == "cause" else (desc, anc)
-        xs = [i for i in range(n) if rel[i] - adj[i]
-              and len(set(range(n)) - rel[i] - adj[i]) >= 3]
-        if not xs:
+        posed = _event_question(rng, [rel[i] - adj[i] for i in range(n)],
+                                [set(range(n)) - rel[i] - adj[i] for i in range(n)],
+                                other, degree)
+        if posed is None:
             return None
-        x = xs[int(rng.integers(len(xs)))]
-        ans = _pick(rng, rel[x] - adj[x], 1)[0]
-        wrong = _distractors(rng, ans, set(range(n)) - rel[x] - adj[x], other[x], degree)
-        if _lopsided(rng, ans, wrong, degree):
-            return None
+        x, ans, wrong = posed
         return x, None, [ans, *wrong], ans, sorted(rel[x])
     if qtype == "order":
         by_start = {}
@@ -158,21 +165,27 @@ def _question(rng, qtype, parents, children, starts, n):
     alive = [surviving(parents, i) for i in range(n)]
     dead = [set(range(n)) - alive[i] - {i} for i in range(n)]
     if qtype == "intervention":
-        want_no = rng.random() < 0.5
-        xs = [i for i in range(n) if (dead[i] if want_no else desc[i] & alive[i])]
-        if not xs:
+        # (x, y) pairs of each answer by the link counts of x and y and whether x caused y;
+        # the key is drawn among those both answers have, so neither how often X and Y are
+        # named nor a statement linking them says anything
+        by_counts: dict[str, dict] = {"yes": {}, "no": {}}
+        for i in range(n):
+            for a, ys in (("no", dead[i]), ("yes", desc[i] & alive[i])):
+                for j in sorted(ys):
+                    key = (degree[i], degree[j], i in parents[j])
+                    by_counts[a].setdefault(key, []).append((i, j))
+        both = sorted(set(by_counts["yes"]) & set(by_counts["no"]))
+        if not both:
             return None
-        x = xs[int(rng.integers(len(xs)))]
-        y = _pick(rng, dead[x] if want_no else desc[x] & alive[x], 1)[0]
-        return x, y, ["yes", "no"], "no" if want_no else "yes", sorted(dead[x])
-    xs = [i for i in range(n) if dead[i] - adj[i] and len(alive[i] - adj[i]) >= 3]
-    if not xs:
+        ans = "no" if rng.random() < 0.5 else "yes"
+        pool = by_counts[ans][both[int(rng.integers(len(both)))]]
+        x, y = pool[int(rng.integers(len(pool)))]
+        return x, y, ["yes", "no"], ans, sorted(dead[x])
+    posed = _event_question(rng, [dead[i] - adj[i] for i in range(n)],
+                            [alive[i] - adj[i] for i in range(n)], desc, degree)
+    if posed is None:
         return None
-    x = xs[int(rng.integers(len(xs)))]
-    ans = _pick(rng, dead[x] - adj[x], 1)[0]
-    wrong = _distractors(rng, ans, alive[x] - adj[x], desc[x], degree)
-    if _lopsided(rng, ans, wrong, degree):
-        return None
+    x, ans, wrong = posed
     return x, None, [ans, *wrong], ans, sorted(dead[x])
 
 
@@ -274,7 +287,8 @@ def tempocausal(n: int, seed: int = 0, n_events=(6, 8), n_links=(7, 10),
     return to_dataset(rows)
 
 
-SHORTCUTS = ("majority", "first_mentioned", "last_mentioned", "overlap", "most_linked")
+SHORTCUTS = ("majority", "first_mentioned", "last_mentioned", "overlap", "most_linked",
+             "least_linked")
 
 
 def _mentions(statements):
@@ -297,8 +311,9 @@ def shortcut_answer(row: dict, name: str, majority: dict | None = None) -> str:
     ``first_mentioned`` / ``last_mentioned``: the option named earliest / latest in the
     narrative (its first mention; ``yes`` / ``no`` questions: ``yes`` when Y is named
     before X); ``overlap``: the option sharing the most statements with the question's
-    events (``no`` when X and Y share one); ``most_linked``: the option in the most
-    links (``no`` when Y has more links than X); ``majority``: ``majority[type]``, the
+    events (``no`` when X and Y share one); ``most_linked`` / ``least_linked``: the
+    option in the most / fewest links (``no`` when Y has more / fewer links than X);
+    ``majority``: ``majority[type]``, the
     most frequent answer position of the type (from a training split).
     """
     opts = row["options"]
@@ -315,10 +330,13 @@ def shortcut_answer(row: dict, name: str, majority: dict | None = None) -> str:
             return "no" if {x, y} in links else "yes"
         if name == "most_linked":
             return "no" if degree.get(y, 0) > degree.get(x, 0) else "yes"
+        if name == "least_linked":
+            return "no" if degree.get(y, 0) < degree.get(x, 0) else "yes"
     key = {"first_mentioned": lambda o: first.get(o, 0),
            "last_mentioned": lambda o: -first.get(o, 0),
            "overlap": lambda o: -sum(1 for lk in links if o in lk and x in lk),
-           "most_linked": lambda o: -degree.get(o, 0)}
+           "most_linked": lambda o: -degree.get(o, 0),
+           "least_linked": lambda o: degree.get(o, 0)}
     if name not in key:
         raise ValueError(f"shortcut={name!r} is unknown; expected one of {SHORTCUTS}")
     return min(opts, key=key[name])
