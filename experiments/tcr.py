@@ -12,8 +12,10 @@ shortcut heuristics and chance, with regime checks and the paper's claims.
   the options' start times, or the events truncated with X) before the answer,
   decoded greedily.
 
-Scores carry standard errors over evaluation stories (``sqrt(p (1 - p) / n)``); a
-difference's SE is ``sqrt(se_a^2 + se_b^2)``.
+The three neural models are one :mod:`lab.zoo.bundle` (``tcr-models``, keyed by the
+data, model and training settings): shipped with Lab for the ``default`` preset, else
+cached, else trained here. Scores carry standard errors over evaluation stories
+(``sqrt(p (1 - p) / n)``); a difference's SE is ``sqrt(se_a^2 + se_b^2)``.
 
   python -m experiments.tcr --config=configs/tcr.py:default --workdir=/tmp/tcr
 """
@@ -36,9 +38,6 @@ from lab.methods.tcr import agent, training
 from lab.methods.tcr.former import TCRFormer, WordVocab, encode
 from lab.nn import TransformerConfig
 
-# experiments.reproduce leaves this out of the main job (run it with --only) while:
-OUT_OF_MAIN_JOB = "its neural models stay at chance (regime fails), docs/tcr.md"
-
 MODELS = ("agent", "former", "plain", "cot")
 NEURAL = ("former", "plain", "cot")
 DEEP = ("intervention", "counterfactual")  # the "deep causal deduction" question types
@@ -58,9 +57,14 @@ def _checks():
             "data.n_train": (lambda v: v >= 8, "an int >= 8"),
             "data.n_eval": (lambda v: v >= 10, "an int >= 10"),
             "data.paraphrase": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+            "data.n_shortcut": (lambda v: v >= 8, "an int >= 8"),
             "model.d_model": pos, "model.n_layers": pos, "model.n_heads": pos,
+            "model.length": (lambda v: v >= 16, "an int >= 16 (tokens per story)"),
             "model.head_dim": (lambda v: v > 0 and v % 2 == 0, "a positive even int"),
             "model.d_ff": pos, "model.span_clip": pos, "train.steps": pos, "train.batch": pos,
+            "first.steps": (lambda v: v >= 0, "an int >= 0 (0: no easy stage)"),
+            "first.question_types": (lambda v: len(v) > 0 and set(v) <= set(TEMPOCAUSAL_TYPES),
+                                     f"a non-empty subset of {TEMPOCAUSAL_TYPES}"),
             "train.learning_rate": pos, "cot_max_trace": pos}
 
 
@@ -83,32 +87,91 @@ def _per_type(hits, qtypes) -> dict:
     return out
 
 
-def _model_config(config, vocab_size: int, length: int) -> TransformerConfig:
+def _model_config(config, vocab_size: int) -> TransformerConfig:
     m = config.model
     return TransformerConfig(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers,
                              n_heads=m.n_heads, n_kv_heads=m.n_heads, head_dim=m.head_dim,
-                             d_ff=m.d_ff, max_len=length, attention_impl=config.impl or None)
+                             d_ff=m.d_ff, max_len=m.length, attention_impl=config.impl or None)
 
 
-def _data(config):
-    d = config.data
-    kw = dict(n_events=tuple(d.n_events), n_links=tuple(d.n_links),
-              n_distractors=tuple(d.n_distractors), paraphrase=d.paraphrase)
-    train = generate(d.n_train, seed=config.seed, **kw).to_list()
-    evals = generate(d.n_eval, seed=config.seed + 1000, **kw).to_list()
-    return train, evals
+def _stories(config, n: int, seed: int, d=None) -> list[dict]:
+    d = d or config.data
+    kw = {"question_types": tuple(d.question_types)} if "question_types" in d else {}
+    return generate(n, seed=seed, n_events=tuple(d.n_events), n_links=tuple(d.n_links),
+                    n_distractors=tuple(d.n_distractors), paraphrase=d.paraphrase,
+                    **kw).to_list()
+
+
+def _encode(config, rows, vocab, kind: str):
+    return encode(rows, vocab, length=config.model.length,
+                  layout="topological" if kind == "former" else "narrative",
+                  cot=kind == "cot", former=kind == "former",
+                  span_clip=config.model.span_clip)
+
+
+def _recipe(config) -> dict:
+    """Everything that decides the trained models (the bundle's key)."""
+    return {"seed": config.seed, "data": config.data.to_dict(), "model": config.model.to_dict(),
+            "first": config.first.to_dict(), "train": config.train.to_dict(),
+            "vocab": WordVocab().words, "format": 1}
+
+
+def _train_models(config):
+    """Trains TCR-Former, plain and CoT on the same stories, steps, batch and learning rate:
+    first ``first.steps`` on the easy stage (``first``: its own question types and story
+    sizes, one story per example), then ``train.steps`` on ``data.n_train`` training
+    stories (seed ``config.seed``); ``(modules, metrics)``."""
+    vocab = WordVocab()
+    t0 = time.time()
+    train = _stories(config, config.data.n_train, config.seed)
+    first = config.first
+    easy = (_stories(config, first.steps * config.train.batch, config.seed + 3000, first)
+            if first.steps else [])
+    metrics = {"losses": {}, "seconds": {"data": time.time() - t0}}
+    modules = {}
+    cfg = _model_config(config, len(vocab))
+    for kind in NEURAL:
+        t0 = time.time()
+        model = TCRFormer(cfg, former=kind == "former", span_clip=config.model.span_clip,
+                          rngs=nnx.Rngs(config.seed))
+        fit = dict(batch=config.train.batch, learning_rate=config.train.learning_rate)
+        if easy:
+            training.fit(model, _encode(config, easy, vocab, kind), steps=first.steps,
+                         seed=config.seed + 1, **fit)
+        hist = training.fit(model, _encode(config, train, vocab, kind),
+                            steps=config.train.steps, seed=config.seed, **fit)
+        modules[kind] = model
+        metrics["losses"][kind] = {"first": float(np.mean(hist[:10])),
+                                   "last": float(np.mean(hist[-10:]))}
+        metrics["seconds"][kind] = time.time() - t0
+        logging.info("tcr: trained %s in %.0f s (loss %.3f -> %.3f)", kind,
+                     metrics["seconds"][kind], metrics["losses"][kind]["first"],
+                     metrics["losses"][kind]["last"])
+    return modules, metrics
+
+
+def load_models(config, source: str | None = None):
+    """The three trained Transformers as a :class:`lab.zoo.bundle.Bundle` (shipped, cached
+    or trained now)."""
+    from lab.zoo import bundle
+
+    cfg = _model_config(config, len(WordVocab()))
+    span = config.model.span_clip
+    return bundle.load(
+        "tcr-models", _recipe(config), lambda: _train_models(config),
+        lambda: {k: TCRFormer(cfg, former=k == "former", span_clip=span, rngs=nnx.Rngs(0))
+                 for k in NEURAL}, source=source)
 
 
 def run(config, workdir: str) -> dict:
-    """Runs the agent, trains the three Transformers, evaluates everything per question
-    type; writes results.json, report.md and a plot to ``workdir``; returns the results."""
+    """Runs the agent, loads (or trains) the three Transformers, evaluates everything per
+    question type; writes results.json, report.md and a plot to ``workdir``; returns the
+    results."""
     check_config(config)
     started = time.time()
-    train, evals = _data(config)
+    evals = _stories(config, config.data.n_eval, config.seed + 1000)
     qtypes = np.array([r["question_type"] for r in evals])
     vocab = WordVocab()
-    length = max(len(vocab.encode(r["prompt"] + f"{r['trace']} ;\nA: {r['answer']}"))
-                 for r in train + evals) + 2
     table, seconds = {}, {}
 
     t0 = time.time()
@@ -121,35 +184,32 @@ def run(config, workdir: str) -> dict:
                                                   qtypes[parsed]).items()}}
     seconds["agent"] = time.time() - t0
 
-    cfg = _model_config(config, len(vocab), length)
-    losses = {}
+    t0 = time.time()
+    models = load_models(config)
+    seconds["models"] = time.time() - t0
     for kind in NEURAL:
         t0 = time.time()
-        former, cot = kind == "former", kind == "cot"
-        layout = "topological" if former else "narrative"
-        kw = dict(length=length, layout=layout, cot=cot, former=former,
-                  span_clip=config.model.span_clip)
-        enc_train, enc_eval = encode(train, vocab, **kw), encode(evals, vocab, **kw)
-        model = TCRFormer(cfg, former=former, span_clip=config.model.span_clip,
-                          rngs=nnx.Rngs(config.seed))
-        hist = training.fit(model, enc_train, steps=config.train.steps,
-                            batch=config.train.batch, learning_rate=config.train.learning_rate,
-                            seed=config.seed)
-        if cot:
+        enc_eval = _encode(config, evals, vocab, kind)
+        model = models.modules[kind]
+        if kind == "cot":
             pred, _ = training.predict_cot(model, enc_eval, vocab,
                                            max_trace=config.cot_max_trace)
         else:
             pred = training.predict(model, enc_eval)
         table[kind] = _per_type(pred == enc_eval.answer, qtypes)
-        losses[kind] = {"first": float(np.mean(hist[:10])), "last": float(np.mean(hist[-10:]))}
-        seconds[kind] = time.time() - t0
-        logging.info("tcr %s: accuracy %.3f (%.0f s)", kind, table[kind]["all"]["score"],
-                     seconds[kind])
+        seconds[f"eval_{kind}"] = time.time() - t0
+        logging.info("tcr %s: accuracy %.3f", kind, table[kind]["all"]["score"])
 
-    shortcuts = shortcut_baselines(evals, seed=config.seed)
+    # the heuristics fit nothing but the majority answer position, so they are measured on
+    # stories of their own, more than the evaluation set (their check has no SE allowance)
+    shortcuts = shortcut_baselines(_stories(config, config.data.n_shortcut, config.seed + 2000),
+                                   seed=config.seed)
+    cfg = _model_config(config, len(vocab))
     results = {"table": table, "agent_parsed": agent_parsed, "shortcuts": shortcuts,
-               "losses": losses, "seconds": seconds, "length": length,
-               "params": cfg.num_params()}
+               "losses": models.metrics["losses"], "seconds": seconds,
+               "train_seconds": models.metrics["seconds"],
+               "models": {"source": models.source, "key": models.key},
+               "length": config.model.length, "params": cfg.num_params()}
     results["claims"] = claims(results)
     results["regime"] = regime_checks(results)
     results["seconds"]["total"] = time.time() - started
@@ -241,7 +301,8 @@ def _report(results, config) -> str:
     short_rows = [{"shortcut": s, **{qt: sc[qt][s] for qt in types if qt in sc}}
                   for s in (*SHORTCUTS, "chance")]
     loss_rows = [{"model": k, "loss first 10": v["first"], "loss last 10": v["last"],
-                  "seconds": results["seconds"][k]} for k, v in results["losses"].items()]
+                  "train seconds": results["train_seconds"].get(k)}
+                 for k, v in results["losses"].items()]
     return ("## Accuracy per question type\n\n"
             "agent: TCR-Agent (strict parser + intervention engine; 'unparsed' counts as "
             "wrong); former: TCR-Former; plain: the same Transformer without mask/bias; "
@@ -250,9 +311,13 @@ def _report(results, config) -> str:
             + outputs.markdown_table(rows, ["entry", *types, "se(all)"]) +
             "\n## TCR-Agent on the stories it parses\n\n"
             + outputs.markdown_table(parsed_row, ["entry", "coverage", *types]) +
-            "\n## Shortcut heuristics (held-out half of the evaluation stories)\n\n"
+            f"\n## Shortcut heuristics ({config.data.n_shortcut // 2} held-out stories of "
+            f"{config.data.n_shortcut} drawn for them)\n\n"
             + outputs.markdown_table(short_rows, ["shortcut", *types]) +
-            "\n## Training\n\n" + outputs.markdown_table(loss_rows) +
+            "\n## Training\n\n"
+            f"{config.data.n_train} training stories; the models are bundle "
+            f"`{results['models']['key']}` ({results['models']['source']}).\n\n"
+            + outputs.markdown_table(loss_rows) +
             f"\nPreset `{config.preset}`, total {results['seconds']['total']:.0f} s.\n")
 
 

@@ -5,6 +5,8 @@ import copy
 import json
 import os
 
+import pytest
+
 from configs.tcr import get_config
 from experiments import tcr
 
@@ -84,3 +86,29 @@ def test_regime_rules_hold_and_fail_on_fabricated_results():
     assert _holds(tcr.regime_checks(solved))[0] is False  # at ceiling: no room
     assert _holds(tcr.regime_checks(_fabricated(coverage=0.4))) == [True, False, True]
     assert _holds(tcr.regime_checks(_fabricated(shortcut=0.45))) == [True, True, False]
+
+
+def test_bad_config_names_the_key():
+    c = get_config("test")
+    c.first.question_types = ("why",)
+    with pytest.raises(ValueError, match="first.question_types"):
+        tcr.check_config(c)
+    c = get_config("test")
+    c.model.length = 4
+    with pytest.raises(ValueError, match="model.length"):
+        tcr.check_config(c)
+    c = get_config("test")
+    c.first.steps = -1
+    with pytest.raises(ValueError, match="first.steps"):
+        tcr.check_config(c)
+
+
+def test_the_default_models_ship_with_lab():
+    """The main job loads the three trained Transformers from lab/zoo/assets instead of
+    training them (about 20 minutes on two cores); a recipe change without re-shipping
+    fails here."""
+    from lab import zoo
+
+    got = tcr.load_models(get_config("default"), source="shipped")
+    assert got.source == "shipped" and zoo.loads()[-1]["source"] == "shipped"
+    assert set(got.modules) == set(tcr.NEURAL) and got.modules["former"].former

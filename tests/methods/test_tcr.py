@@ -122,9 +122,9 @@ def _dense(q, k, v, mask, bias):
 
 
 def _former_case():
-    rows = tempocausal(2, seed=0, n_events=5, n_links=6, n_distractors=1).to_list()
+    rows = tempocausal(2, seed=0, n_events=6, n_links=(6, 9), n_distractors=1).to_list()
     vocab = WordVocab()
-    t = 96
+    t = 128
     enc = encode(rows, vocab, length=t, layout="topological", former=True)
     span = SpanBias(4)
     span.table[...] = jnp.asarray(np.random.default_rng(0).normal(size=(4, 18)), jnp.float32)
