@@ -33,9 +33,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(
         d_model=64, n_layers=2, n_heads=4, head_dim=16, d_ff=128, span_clip=8, length=160,
     ))
-    # the easy stage before the training stories, for all three models: order questions on
-    # smaller stories, which a plain Transformer learns alone (the lookup of each option's
-    # start) and not inside the five-type mixture
+    # the easy stage before the training stories, for all three models: order questions
+    # (the lookup of each option's start) on smaller stories, which a plain Transformer
+    # learns when trained on them alone and not from the five-type mixture (docs/tcr.md)
     c.first = ml_collections.ConfigDict(dict(
         steps=800, question_types=("order",), n_events=(5, 6), n_links=(5, 8),
         n_distractors=(0, 1), paraphrase=0.2,
