@@ -22,6 +22,7 @@ cached, else trained here. Scores carry standard errors over evaluation stories
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
@@ -109,11 +110,25 @@ def _encode(config, rows, vocab, kind: str):
                   span_clip=config.model.span_clip)
 
 
+def _stories_sha256(config, n: int = 64) -> str:
+    """SHA-256 of the first ``n`` training and easy-stage stories (their prompts and
+    completions): a changed story generator changes the bundle's key, so shipped models
+    trained on the old stories are not used for the new ones (generating all
+    ``data.n_train`` stories only to key them would cost minutes)."""
+    h = hashlib.sha256()
+    rows = _stories(config, min(n, config.data.n_train), config.seed)
+    if config.first.steps:
+        rows += _stories(config, n, config.seed + 3000, config.first)
+    for r in rows:
+        h.update((r["prompt"] + r["completion"] + "\0").encode())
+    return h.hexdigest()[:16]
+
+
 def _recipe(config) -> dict:
     """Everything that decides the trained models (the bundle's key)."""
     return {"seed": config.seed, "data": config.data.to_dict(), "model": config.model.to_dict(),
             "first": config.first.to_dict(), "train": config.train.to_dict(),
-            "vocab": WordVocab().words, "format": 1}
+            "vocab": WordVocab().words, "stories_sha256": _stories_sha256(config), "format": 1}
 
 
 def _train_models(config):

@@ -112,3 +112,20 @@ def test_the_default_models_ship_with_lab():
     got = tcr.load_models(get_config("default"), source="shipped")
     assert got.source == "shipped" and zoo.loads()[-1]["source"] == "shipped"
     assert set(got.modules) == set(tcr.NEURAL) and got.modules["former"].former
+
+
+def test_the_models_key_follows_the_story_generator(monkeypatch):
+    """A generator that tells other stories under the same settings changes the bundle key,
+    so models trained on the old stories are not loaded for the new ones."""
+    from lab.zoo import bundle
+
+    c = get_config("test")
+    before = bundle.key("tcr-models", tcr._recipe(c))
+    real = tcr.generate
+
+    def changed(*args, **kwargs):
+        ds = real(*args, **kwargs)
+        return ds.map(lambda r: {"prompt": r["prompt"].replace(" .", " . ", 1)})
+
+    monkeypatch.setattr(tcr, "generate", changed)
+    assert bundle.key("tcr-models", tcr._recipe(c)) != before
