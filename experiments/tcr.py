@@ -95,6 +95,11 @@ def _model_config(config, vocab_size: int) -> TransformerConfig:
                              d_ff=m.d_ff, max_len=m.length, attention_impl=config.impl or None)
 
 
+def _model(config, kind: str, seed: int = 0) -> TCRFormer:
+    return TCRFormer(_model_config(config, len(WordVocab())), former=kind == "former",
+                     span_clip=config.model.span_clip, rngs=nnx.Rngs(seed))
+
+
 def _stories(config, n: int, seed: int, d=None) -> list[dict]:
     d = d or config.data
     kw = {"question_types": tuple(d.question_types)} if "question_types" in d else {}
@@ -144,11 +149,9 @@ def _train_models(config):
             if first.steps else [])
     metrics = {"losses": {}, "seconds": {"data": time.time() - t0}}
     modules = {}
-    cfg = _model_config(config, len(vocab))
     for kind in NEURAL:
         t0 = time.time()
-        model = TCRFormer(cfg, former=kind == "former", span_clip=config.model.span_clip,
-                          rngs=nnx.Rngs(config.seed))
+        model = _model(config, kind, config.seed)
         fit = dict(batch=config.train.batch, learning_rate=config.train.learning_rate)
         if easy:
             training.fit(model, _encode(config, easy, vocab, kind), steps=first.steps,
@@ -170,12 +173,8 @@ def load_models(config, source: str | None = None):
     or trained now)."""
     from lab.zoo import bundle
 
-    cfg = _model_config(config, len(WordVocab()))
-    span = config.model.span_clip
-    return bundle.load(
-        "tcr-models", _recipe(config), lambda: _train_models(config),
-        lambda: {k: TCRFormer(cfg, former=k == "former", span_clip=span, rngs=nnx.Rngs(0))
-                 for k in NEURAL}, source=source)
+    return bundle.load("tcr-models", _recipe(config), lambda: _train_models(config),
+                       lambda: {k: _model(config, k) for k in NEURAL}, source=source)
 
 
 def run(config, workdir: str) -> dict:
