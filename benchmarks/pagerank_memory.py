@@ -14,6 +14,8 @@ jitted on its own:
   ``lab.methods.prkv.prkv_dense`` does from ``Stats.attn``;
 * matrix-free: ``kernels_pallas.pagerank.attention_pagerank_reference`` (the jnp
   reference; ``--block`` query rows per tile), which never forms ``[T, T]``;
+* exact: ``kernels_pallas.pagerank.attention_pagerank_exact``, the chain's fixed point
+  by blocked back-substitution (PRKV's default solver), also matrix-free;
 * SnapKV: ``lab.infer.kvpress.snapkv_scores`` (the last 64 queries against the
   cache, the window mean, pooling, the group mean), the one-hop baseline.
 
@@ -23,7 +25,8 @@ from lowering on shapes only, so nothing is run for memory. Wall time per
 call (the best of ``--repeats`` after a warm-up) is measured for ``T`` up to
 ``--time-up-to``; the materialised function is never run above 4096 tokens.
 Where both ran, it prints their max abs difference and each one's max abs
-error against the same chain solved in float64 numpy.
+error against the same 50 power steps in float64 numpy, and the exact solve's error
+against the fixed point solved in float64 (``numpy.linalg.solve``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels_pallas.pagerank import attention_pagerank_reference  # noqa: E402
+from kernels_pallas.pagerank import (  # noqa: E402
+    attention_pagerank_exact,
+    attention_pagerank_reference,
+)
 from lab.infer.kvpress import snapkv_scores  # noqa: E402
 from lab.infer.policies import Stats  # noqa: E402
 from lab.methods.prkv import prkv_scores  # noqa: E402
@@ -76,6 +82,10 @@ def matrix_free(block: int):
     return fn
 
 
+def exact(q, k, positions, v):
+    return attention_pagerank_exact(q, k, v, positions=positions, alpha=ALPHA, graph="group")
+
+
 def snapkv(q, k, positions, v):
     del v
     t = k.shape[2]
@@ -100,15 +110,28 @@ def inputs(t: int, seed: int = 0):
     return q, k, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (B, t)), restart(t)
 
 
-def float64_scores(q, k, v) -> np.ndarray:
-    """The same chain (all tokens valid) and 50 power steps in float64 numpy."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+def float64_graph(q, k) -> np.ndarray:
+    """The chain's ``P [B, Hkv, T, T]`` (all tokens valid) in float64 numpy."""
+    q, k = (np.asarray(x, np.float64) for x in (q, k))
     t = q.shape[2]
     s = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, H // HKV, axis=1)) * HD ** -0.5
     s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
     e = np.exp(s - s.max(-1, keepdims=True))
-    p = (e / e.sum(-1, keepdims=True)).reshape(B, HKV, H // HKV, t, t).mean(2)
-    pi = np.broadcast_to(v[:, None], (B, HKV, t)).copy()
+    return (e / e.sum(-1, keepdims=True)).reshape(B, HKV, H // HKV, t, t).mean(2)
+
+
+def float64_fixed_point(q, k, v) -> np.ndarray:
+    """``pi (I - alpha P) = (1 - alpha) v`` solved in float64 numpy."""
+    p, v = float64_graph(q, k), np.asarray(v, np.float64)
+    eye = np.eye(p.shape[-1])
+    return np.stack([np.stack([np.linalg.solve((eye - ALPHA * p[b, g]).T, (1 - ALPHA) * v[b])
+                               for g in range(HKV)]) for b in range(B)])
+
+
+def float64_scores(q, k, v) -> np.ndarray:
+    """The same chain (all tokens valid) and 50 power steps in float64 numpy."""
+    p, v = float64_graph(q, k), np.asarray(v, np.float64)
+    pi = np.broadcast_to(v[:, None], (B, HKV, p.shape[-1])).copy()
     for _ in range(ITERS):
         pi = (1 - ALPHA) * v[:, None] + ALPHA * np.einsum("bhi,bhij->bhj", pi, p)
     return pi
@@ -134,7 +157,7 @@ def main() -> None:
     print(f"jax {jax.__version__} on {jax.default_backend()} ({platform.processor() or 'cpu'}); "
           f"B={B} H={H} Hkv={HKV} hd={HD} window={WINDOW} iters={ITERS} block={args.block}")
     sides = {"materialised": materialised, "matrix-free": matrix_free(args.block),
-             "snapkv": snapkv}
+             "exact": exact, "snapkv": snapkv}
     print("| T | side | temp MiB | temp / T (KiB) | s per call |")
     print("|---|---|---|---|---|")
     for t in args.lengths:
@@ -156,6 +179,11 @@ def main() -> None:
             print(f"T={t}: max |materialised - matrix-free| = {np.abs(mat - free).max():.3g}; "
                   f"against float64: materialised {np.abs(mat - truth).max():.3g}, "
                   f"matrix-free {np.abs(free - truth).max():.3g} (max pi {truth.max():.3g})")
+        if "exact" in outs:
+            fixed = float64_fixed_point(data[0], data[1], data[3])
+            print(f"T={t}: exact solve against the float64 fixed point: "
+                  f"{np.abs(outs['exact'] - fixed).max():.3g}; {ITERS} float32 power steps "
+                  f"(matrix-free): {np.abs(outs['matrix-free'] - fixed).max():.3g}")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     # PRKV's scorer.
     c.prkv = ml_collections.ConfigDict()
     c.prkv.alpha = 0.85
+    # "exact": the chain's fixed point by back-substitution (causal attention is triangular);
+    # "power": iters power steps from the restart (iters also sets the decoding-time solve)
+    c.prkv.solver = "exact"
     c.prkv.iters = 30
     c.prkv.graph = "group"              # "group": mean over a KV group's query heads; "head"
     c.prkv.n_sink = 0

@@ -44,7 +44,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.eval.budgets = (48, 32) if test else (64, 56, 48, 40, 32)
     c.policies = ("streaming_llm", "prkv") if test else POLICIES
 
-    # PRKV's power iteration, as in configs/prkv.py.
+    # PRKV's PageRank while decoding: iters power steps on the new tokens' graph
+    # (lab.methods.prkv.decoding_scores; that graph is not triangular, no exact solve).
     c.prkv = ml_collections.ConfigDict()
     c.prkv.alpha = 0.85
     c.prkv.iters = 30

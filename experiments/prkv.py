@@ -50,7 +50,7 @@ from lab.zoo import ZooSpec
 
 TASKS = ("variable_tracking", "needle", "arithmetic")
 POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent",
-                                                 "kernel_size")}
+                                                 "kernel_size", "solver")}
 
 
 def check_config(config):
@@ -76,6 +76,7 @@ def check_config(config):
         "eval.window": pos, "eval.timing_repeats": pos,
         "prkv.alpha": (alpha, "0 <= alpha < 1"),
         "prkv.iters": pos,
+        "prkv.solver": (lambda v: v in prkv_lib.SOLVERS, f"one of {prkv_lib.SOLVERS}"),
         "prkv.kernel_size": (odd, "a positive odd int"),
         "prkv.graph": (lambda v: v in prkv_lib.GRAPHS, f"one of {prkv_lib.GRAPHS}"),
         "ablation.task": (lambda v: v == "" or v in config.tasks.names,
@@ -175,7 +176,7 @@ def _texts(tok, tokens, lengths) -> list[str]:
 
 # The policy's two steps, jitted apart so that one solve serves every ratio and pooling.
 _prkv_scores = jax.jit(prkv_lib.prefill_scores, static_argnames=("alpha", "iters", "graph",
-                                                                 "impl"))
+                                                                 "impl", "solver"))
 _prkv_keep = jax.jit(prkv_lib.keep, static_argnames=("n_sink", "n_recent", "kernel_size"))
 
 
@@ -261,7 +262,7 @@ def prkv_accuracy(model, tok, x, lengths, answers, *, ratios, config, capacity, 
     for alpha, kernel in variants:
         if alpha not in scores:
             scores[alpha] = _prkv_scores(pre.cache, pre.stats, alpha=float(alpha),
-                                         iters=p.iters, graph=p.graph)
+                                         iters=p.iters, graph=p.graph, solver=p.solver)
         for r in ratios:
             budget = jnp.asarray(policies.budgets(lengths, r), jnp.int32)
             kept = _prkv_keep(pre.cache, pre.stats, scores[alpha], budget, n_sink=p.n_sink,
@@ -325,7 +326,8 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
         pol = policies.get(name)
         row = {"kept_bytes": {}}
         if name == "prkv":  # the policy's own steps, one PageRank solve for every ratio
-            scores = _prkv_scores(cache, stats, alpha=p.alpha, iters=p.iters, graph=p.graph)
+            scores = _prkv_scores(cache, stats, alpha=p.alpha, iters=p.iters, graph=p.graph,
+                                  solver=p.solver)
             def fn(c, st, b, scores=scores):
                 return _prkv_keep(c, st, scores, b, n_sink=p.n_sink, n_recent=p.n_recent,
                                   kernel_size=p.kernel_size)

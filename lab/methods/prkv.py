@@ -24,12 +24,18 @@ scored from that layer's attention. The top ``budget`` entries per KV head
 are kept (:func:`lab.infer.policies.compact`); ``n_sink`` first positions and
 ``n_recent`` last positions can be protected.
 
-Memory: the policy never materialises the attention. It takes the queries of
-every prompt token (``Stats.all_queries``, ``[L, B, H, T, hd]``) and the keys
-the cache already holds, and solves each layer's chain with
-:func:`kernels_pallas.pagerank.attention_pagerank`, which recomputes the
-attention tile by tile from ``q``, ``k`` and each query row's log-sum-exp in
-every power step: beyond the queries (as large as the keys), O(T) per head.
+Solve and memory: the policy never materialises the attention. It takes the
+queries of every prompt token (``Stats.all_queries``, ``[L, B, H, T, hd]``) and
+the keys the cache already holds. Causal attention only moves the walk to
+earlier tokens (or stays), so each layer's chain is a triangular linear system:
+by default (``solver="exact"``)
+:func:`kernels_pallas.pagerank.attention_pagerank_exact` solves it by blocked
+back-substitution, recomputing the attention a tile at a time, in about the
+work of one power step, to the fixed point itself rather than an iterate
+approaching it; ``solver="power"`` runs ``iters`` power steps
+(:func:`kernels_pallas.pagerank.attention_pagerank`, which recomputes the tiles
+in every step). Either way, beyond the queries (as large as the keys), O(T)
+memory per head.
 :func:`prkv_dense` is the same policy on the materialised ``Stats.attn``
 (``[L, B, H, T, T]`` float32, ``4 L B H T^2`` bytes: 1 GiB at T = 2048 for 2
 layers x 4 heads x batch 8, plus one ``[T, T]`` graph per (layer, row, KV head)
@@ -52,17 +58,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels_pallas.pagerank import attention_pagerank, personalized_pagerank
+from kernels_pallas.pagerank import (
+    attention_pagerank,
+    attention_pagerank_exact,
+    personalized_pagerank,
+)
 from lab.infer.kvpress import avg_pool, protect
 from lab.infer.policies import Policy, Stats, compact, register, window_attention
 from lab.nn.cache import KVCache
 
 GRAPHS = ("group", "head")
+SOLVERS = ("exact", "power")
 
-__all__ = ["DENSE", "GRAPHS", "attention_pagerank", "decoding_scores", "keep",
-           "observed_restart", "personalized_pagerank", "prefill_scores", "prkv", "prkv_dense",
-           "prkv_scores", "prkv_scores_matrix_free", "span_restart", "transition_graph",
-           "window_restart"]
+__all__ = ["DENSE", "GRAPHS", "SOLVERS", "attention_pagerank", "attention_pagerank_exact",
+           "decoding_scores", "keep", "observed_restart", "personalized_pagerank",
+           "prefill_scores", "prkv", "prkv_dense", "prkv_scores", "prkv_scores_matrix_free",
+           "span_restart", "transition_graph", "window_restart"]
 
 
 def window_restart(lengths: jax.Array, t: int, window: int) -> jax.Array:
@@ -121,18 +132,31 @@ def transition_graph(attn: jax.Array, n_kv_heads: int, v: jax.Array,
 
 def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float = 0.85,
                 iters: int = 50, tol: float | None = None, graph: str = "group",
-                impl: str | None = None) -> jax.Array:
+                impl: str | None = None, solver: str = "power") -> jax.Array:
     """PageRank scores ``[L, B, Hkv, T]`` of every key token per KV head.
 
     ``pi`` of :func:`transition_graph`'s chain with restart ``v [B, T]``
     (:func:`window_restart` or :func:`span_restart`); with ``graph="head"`` the
     mean of the query heads' ``pi`` over each group. Every ``pi`` sums to 1.
+    ``solver="power"``: ``iters`` power steps (:func:`personalized_pagerank`);
+    ``"exact"``: the fixed point by a dense triangular solve, for attention whose keys
+    are never in later slots than their query (a prefill's): ``y (I - alpha P0) = v``
+    with the dangling rows of ``P0`` zeroed, ``pi = y / sum(y)`` (the mass those rows send
+    back to ``v`` only rescales ``y``).
     """
+    _check_solver(solver)
     n_layers, b, h, t, _ = attn.shape
     p = transition_graph(attn, n_kv_heads, v, graph)
     heads = p.shape[2]
     vb = jnp.broadcast_to(v.astype(jnp.float32)[None, :, None, :], (n_layers, b, heads, t))
-    pi = personalized_pagerank(p, vb, alpha=alpha, iters=iters, tol=tol, impl=impl)
+    if solver == "exact":
+        # a zero restart leaves the dangling rows zero; tril: no key after its query
+        p0 = jnp.tril(transition_graph(attn, n_kv_heads, jnp.zeros_like(v), graph))
+        y = jax.scipy.linalg.solve_triangular(jnp.eye(t) - alpha * p0, vb[..., None],
+                                              lower=True, trans="T")[..., 0]
+        pi = y / jnp.sum(y, axis=-1, keepdims=True)
+    else:
+        pi = personalized_pagerank(p, vb, alpha=alpha, iters=iters, tol=tol, impl=impl)
     if graph == "head":
         pi = pi.reshape(n_layers, b, n_kv_heads, h // n_kv_heads, t).mean(3)
     return pi
@@ -141,7 +165,8 @@ def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float 
 def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.Array,
                             v: jax.Array, *, alpha: float = 0.85, iters: int = 50,
                             tol: float | None = None, graph: str = "group",
-                            impl: str | None = None, causal_slots: bool = False) -> jax.Array:
+                            impl: str | None = None, causal_slots: bool = False,
+                            solver: str = "power") -> jax.Array:
     """:func:`prkv_scores` without the attention: ``[L, B, Hkv, T]`` from queries and keys.
 
     Args:
@@ -156,15 +181,32 @@ def prkv_scores_matrix_free(queries: jax.Array, keys: jax.Array, positions: jax.
     :func:`kernels_pallas.pagerank.attention_pagerank` (equal to the materialised
     solve within 1e-6; ``impl`` and ``causal_slots``, the promise that positions strictly
     increase over the valid slots so masked tiles are skipped, as there).
+    ``solver="exact"`` (which needs ``causal_slots``) solves each chain's fixed point
+    exactly by back-substitution instead
+    (:func:`kernels_pallas.pagerank.attention_pagerank_exact`; ``iters``, ``tol`` and
+    ``impl`` unused): causal attention makes the chain triangular.
     """
     if queries.ndim != 5 or keys.ndim != 5 or queries.shape[:2] != keys.shape[:2] \
             or queries.shape[3:] != keys.shape[3:]:
         raise ValueError(f"queries {queries.shape} and keys {keys.shape}; expected "
                          "[L, B, H, T, hd] and [L, B, Hkv, T, hd]")
+    _check_solver(solver)
+    if solver == "exact":
+        if not causal_slots:
+            raise ValueError("solver='exact' needs causal_slots=True (positions strictly "
+                             "increasing over the valid slots: the chain is then triangular)")
+        return jnp.stack([attention_pagerank_exact(queries[i], keys[i], v, positions=positions,
+                                                   alpha=alpha, graph=graph)
+                          for i in range(queries.shape[0])])
     return jnp.stack([attention_pagerank(queries[i], keys[i], v, positions=positions,
                                          alpha=alpha, iters=iters, tol=tol, graph=graph,
                                          impl=impl, causal_slots=causal_slots)
                       for i in range(queries.shape[0])])
+
+
+def _check_solver(solver):
+    if solver not in SOLVERS:
+        raise ValueError(f"solver={solver!r}; expected one of {SOLVERS}")
 
 
 def observed_restart(stats: Stats, t: int) -> jax.Array:
@@ -231,12 +273,15 @@ def decoding_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters:
 
 
 def prefill_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters: int = 50,
-                   graph: str = "group", impl: str | None = None) -> jax.Array:
+                   graph: str = "group", impl: str | None = None, solver: str = "exact"
+                   ) -> jax.Array:
     """PRKV's PageRank scores ``[L, B, Hkv, T]`` of the uncompressed prefill cache: the
     attention of ``Stats.all_queries`` over the cache's keys, matrix-free
     (:func:`prkv_scores_matrix_free`; slot = position in a prefill cache, so the masked key
     tiles past each query group are skipped), restarting at the captured queries'
-    positions (:func:`observed_restart`). They do not depend on the budget: one solve
+    positions (:func:`observed_restart`). ``solver="exact"``: the chain's fixed point by
+    back-substitution (the prefill cache's causal attention is triangular); ``"power"``:
+    ``iters`` power steps from the restart. They do not depend on the budget: one solve
     serves every ratio (:func:`keep`)."""
     if stats.all_queries is None or stats.query_positions is None:
         raise ValueError("prkv needs stats.all_queries and stats.query_positions; register "
@@ -244,12 +289,12 @@ def prefill_scores(cache: KVCache, stats: Stats, *, alpha: float = 0.85, iters: 
     t = stats.all_queries.shape[3]
     return prkv_scores_matrix_free(stats.all_queries, cache.keys, cache.positions[0, :, 0],
                                    observed_restart(stats, t), alpha=alpha, iters=iters,
-                                   graph=graph, impl=impl, causal_slots=True)
+                                   graph=graph, impl=impl, causal_slots=True, solver=solver)
 
 
 def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
          graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
-         impl: str | None = None) -> KVCache:
+         impl: str | None = None, solver: str = "exact") -> KVCache:
     """The PRKV cache policy: keeps the top-``budget`` PageRank scores per KV head.
 
     Restart uniform over the observation window: the positions of the queries
@@ -260,12 +305,15 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
     positions before the top-k, as SnapKV pools its scores
     (:func:`lab.infer.kvpress.avg_pool`; 1 = off). The graph is the attention of
     ``Stats.all_queries`` over the cache's keys, never materialised
-    (:func:`prefill_scores`). Runs on the uncompressed prefill cache, as every policy does.
+    (:func:`prefill_scores`), its PageRank solved exactly (``solver="exact"``, the default)
+    or by ``iters`` power steps (``"power"``). Runs on the uncompressed prefill cache, as
+    every policy does.
 
     While decoding (``generate(..., compress_every=)``), where only the queries of the
     tokens written since the last compression exist (``Stats.all_queries`` is None), the
-    graph is theirs: :func:`decoding_scores`.
+    graph is theirs: :func:`decoding_scores` (power steps: that graph is not triangular).
     """
+    _check_solver(solver)
     if stats.all_queries is None and stats.queries is not None:
         scores = decoding_scores(cache, stats, alpha=alpha, iters=iters, graph=graph,
                                  impl=impl)
@@ -273,23 +321,25 @@ def prkv(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: in
                     kernel_size=kernel_size)
     if stats.all_queries is not None:
         _check_budget(budget, cache, stats.all_queries.shape[3])
-    scores = prefill_scores(cache, stats, alpha=alpha, iters=iters, graph=graph, impl=impl)
+    scores = prefill_scores(cache, stats, alpha=alpha, iters=iters, graph=graph, impl=impl,
+                            solver=solver)
     return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
                 kernel_size=kernel_size)
 
 
 def prkv_dense(cache: KVCache, stats: Stats, budget, *, alpha: float = 0.85, iters: int = 50,
                graph: str = "group", n_sink: int = 0, n_recent: int = 0, kernel_size: int = 1,
-               impl: str | None = None) -> KVCache:
-    """:func:`prkv` on the materialised attention ``Stats.attn`` (:func:`prkv_scores`): the
-    reference the matrix-free policy is tested against; needs ``Stats.attn``."""
+               impl: str | None = None, solver: str = "exact") -> KVCache:
+    """:func:`prkv` on the materialised attention ``Stats.attn`` (:func:`prkv_scores`, the
+    same ``solver``): the reference the matrix-free policy is tested against; needs
+    ``Stats.attn``."""
     if stats.attn is None or stats.query_positions is None:
         raise ValueError("prkv_dense needs stats.attn and stats.query_positions; use it with "
                          "needs=('attn', 'queries')")
     t = stats.attn.shape[-1]
     _check_budget(budget, cache, t)
     scores = prkv_scores(stats.attn, observed_restart(stats, t), cache.keys.shape[2], alpha=alpha,
-                         iters=iters, graph=graph, impl=impl)
+                         iters=iters, graph=graph, impl=impl, solver=solver)
     return keep(cache, stats, scores, budget, n_sink=n_sink, n_recent=n_recent,
                 kernel_size=kernel_size)
 

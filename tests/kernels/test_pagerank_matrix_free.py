@@ -173,3 +173,73 @@ def test_bad_input_raises_naming_the_argument(change, match, fn):
          else lambda **kw: PR.attention_pagerank_kernel(interpret=True, **kw))
     with pytest.raises(ValueError, match=match):
         f(**_bad(**change))
+
+
+def float64_fixed_point(q, k, v, pos, *, alpha, graph="group"):
+    """The chain's fixed point itself, ``pi (I - alpha P) = (1 - alpha) v``, solved in float64
+    numpy on the materialised ``P`` (padding rows sent to ``v``)."""
+    q, k, v, pos = (np.asarray(x, np.float64) for x in (q, k, v, pos))
+    b, h, t, hd = q.shape
+    hkv = k.shape[1]
+    s = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, h // hkv, axis=1)) * hd ** -0.5
+    ok = (pos[:, None, None, :] >= 0) & (pos[:, None, None, :] <= pos[:, None, :, None])
+    s = np.where(ok, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    d = e.sum(-1, keepdims=True)
+    a = np.where(d > 0, e / np.where(d > 0, d, 1.0), 0.0)
+    if graph == "group":
+        a = a.reshape(b, hkv, h // hkv, t, t).mean(2)
+    out = np.zeros(a.shape[:-1])
+    for i in range(b):
+        for g in range(a.shape[1]):
+            p = np.where(a[i, g].sum(-1, keepdims=True) < 0.5, v[i][None], a[i, g])
+            out[i, g] = np.linalg.solve((np.eye(t) - alpha * p).T, (1 - alpha) * v[i])
+    return out if graph == "group" else out.reshape(b, hkv, h // hkv, t).mean(2)
+
+
+@pytest.mark.parametrize("graph,alpha,heads,block", [
+    ("group", 0.85, (4, 2), 32), ("group", 0.95, (6, 2), 16), ("head", 0.85, (4, 2), 64),
+    ("head", 0.5, (3, 1), 128),
+])
+def test_exact_solve_is_the_fixed_point(graph, alpha, heads, block):
+    # Back-substitution gives the chain's fixed point to float32 rounding, where power steps
+    # stop alpha ** iters short of it: 50 steps of 0.95 are 0.08 away in L1 here.
+    h, hkv = heads
+    q, k, v, pos = layer(h=h, hkv=hkv)                      # row 1 right-padded (position -1)
+    truth = float64_fixed_point(q, k, v, pos, alpha=alpha, graph=graph)
+    got = np.asarray(PR.attention_pagerank_exact(q, k, v, positions=pos, alpha=alpha,
+                                                 graph=graph, block=block))
+    assert got.shape == (2, hkv, 150)
+    assert np.abs(got - truth).max() <= 1e-6
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+    assert np.abs(got[1, :, 97:]).max() == 0.0             # padding receives no mass
+    dense = np.asarray(prkv_scores(softmax_attention(q, k, pos)[None], v, hkv, alpha=alpha,
+                                   graph=graph, solver="exact")[0])  # prkv_dense's solve
+    assert np.abs(dense - truth).max() <= 1e-6
+    power = np.asarray(PR.attention_pagerank_reference(q, k, v, positions=pos, alpha=alpha,
+                                                       graph=graph, iters=50))
+    if alpha ** 50 > 1e-4:                                  # not converged in 50 steps
+        gap = np.abs(power - truth).sum(-1).max()
+        assert gap > 10 * np.abs(got - truth).sum(-1).max()
+    long = np.asarray(PR.attention_pagerank_reference(q, k, v, positions=pos, alpha=alpha,
+                                                      graph=graph, iters=600))
+    assert np.abs(long - got).max() <= 2e-6                 # power iteration converges to it
+
+
+def test_exact_solve_with_left_padding_under_jit_and_its_promise():
+    # A batch left-padded (padding first, as lab.infer pads prompts) and a restart with mass
+    # on a padding slot: the dangling row sends its mass back to v, as in the power iteration.
+    q, k, _, _ = layer(t=90, lengths=(90, 90), seed=4)
+    pos = np.tile(np.arange(90), (2, 1))
+    pos[1, :30], pos[1, 30:] = -1, np.arange(60)
+    v = np.zeros((2, 90), np.float32)
+    v[:, -8:] = 1 / 8
+    v[1, -8:], v[1, 5] = 0.1, 0.2                           # slot 5 is padding in row 1
+    pos = jnp.asarray(pos, jnp.int32)
+    truth = float64_fixed_point(q, k, v, pos, alpha=0.85)
+    got = jax.jit(lambda *a: PR.attention_pagerank_exact(*a[:3], positions=a[3]))(q, k, v, pos)
+    assert np.abs(np.asarray(got) - truth).max() <= 1e-6
+    shuffled = pos.at[0, 5].set(7)
+    with pytest.raises(ValueError, match="causal_slots=True but .* strictly increasing"):
+        PR.attention_pagerank_exact(q, k, jnp.asarray(v), positions=shuffled)

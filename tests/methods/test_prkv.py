@@ -176,6 +176,11 @@ def test_bad_input_names_the_problem():
         prkv.prkv_dense(cache, stats._replace(attn=None), jnp.array([3]))
     with pytest.raises(ValueError, match="window=0"):
         prkv.window_restart(jnp.array([4]), 6, 0)
+    with pytest.raises(ValueError, match=r"solver='lu'; expected one of \('exact', 'power'\)"):
+        prkv.prkv(cache, stats, jnp.array([3]), solver="lu")
+    with pytest.raises(ValueError, match="solver='exact' needs causal_slots=True"):
+        prkv.prkv_scores_matrix_free(stats.all_queries, cache.keys, cache.positions[0, :, 0],
+                                     prkv.window_restart(stats.lengths, t, 1), solver="exact")
 
 
 def test_prkv_through_prefill_and_generate():
@@ -236,6 +241,29 @@ def test_skipping_masked_tiles_changes_nothing_and_checks_its_promise():
     shuffled = pos.at[0, 5].set(7)                          # slot 5 at position 7 = slot 7's
     with pytest.raises(ValueError, match="causal_slots=True but .* strictly increasing"):
         prkv.prkv_scores_matrix_free(q, k, shuffled, v, causal_slots=True)
+
+
+def test_exact_solver_is_where_power_steps_converge():
+    # The policy's default solve (back-substitution) against 400 power steps, both
+    # matrix-free on two layers; a few steps stop visibly short of it.
+    rng = np.random.default_rng(5)
+    t = 120
+    q = jnp.asarray(rng.normal(size=(2, 2, 4, t, 8)) * 2, jnp.float32)  # [L, B, H, T, hd]
+    k = jnp.asarray(rng.normal(size=(2, 2, 2, t, 8)), jnp.float32)
+    lengths = np.array([t, 77])
+    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
+                      jnp.int32)
+    v = prkv.window_restart(jnp.asarray(lengths), t, 6)
+    for graph in prkv.GRAPHS:
+        exact = prkv.prkv_scores_matrix_free(q, k, pos, v, graph=graph, causal_slots=True,
+                                             solver="exact")
+        long = prkv.prkv_scores_matrix_free(q, k, pos, v, graph=graph, causal_slots=True,
+                                            iters=400)
+        short = prkv.prkv_scores_matrix_free(q, k, pos, v, graph=graph, causal_slots=True,
+                                             iters=5)
+        assert exact.shape == (2, 2, 2, t)
+        np.testing.assert_allclose(exact, long, atol=2e-6)
+        assert np.abs(np.asarray(short - exact)).sum(-1).min() > 0.1
 
 
 @pytest.mark.parametrize("policy", ["prkv", "snapkv"])
