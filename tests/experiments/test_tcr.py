@@ -105,7 +105,7 @@ def test_bad_config_names_the_key():
 
 def test_the_default_models_ship_with_lab():
     """The main job loads the three trained Transformers from lab/zoo/assets instead of
-    training them (about 22 minutes on two cores); a recipe change without re-shipping
+    training them (about 33 minutes on two cores); a recipe change without re-shipping
     fails here."""
     from lab import zoo
 
