@@ -514,15 +514,18 @@ def _solve_one(q, k, pos, u, walk: _Walk):
     return pi / jnp.sum(pi)
 
 
-@functools.partial(jax.jit, static_argnames=("walk",))
-def _attention_solve(q, k, v, positions, walk: _Walk):
+@functools.partial(jax.jit, static_argnames=("walk", "one"))
+def _over_graphs(q, k, v, positions, walk: _Walk, one):
+    """``one(q [G, T_p, hd], k [T_p, hd], pos, u, walk) -> pi`` (:func:`_walk_one` or
+    :func:`_solve_one`) for every row and graph, on tokens padded to a block multiple;
+    ``[B, Hkv, T]``."""
     b, h, t, _ = q.shape
     hkv = k.shape[1]
     qg, kg = _graph_heads(q, k, walk.graph)
     block = min(walk.block, 1 << (t - 1).bit_length())
     walk = dataclasses.replace(walk, block=block)
     qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, pl.cdiv(t, block) * block)
-    per_graph = jax.vmap(_solve_one, in_axes=(0, 0, None, None, None))
+    per_graph = jax.vmap(one, in_axes=(0, 0, None, None, None))
     pi = jax.vmap(per_graph, in_axes=(0, 0, 0, 0, None))(qg, kg, pos, u, walk)
     return _finish(pi, t, h, hkv, walk.graph)
 
@@ -551,20 +554,7 @@ def attention_pagerank_exact(q, k, v, *, positions, scale: float | None = None,
     q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
     walk = _check_attention(q, k, v, positions, scale, alpha, 1, None, graph, block,
                             causal_slots=True)
-    return _attention_solve(q, k, v, positions, walk)
-
-
-@functools.partial(jax.jit, static_argnames=("walk",))
-def _attention_walk(q, k, v, positions, walk: _Walk):
-    b, h, t, _ = q.shape
-    hkv = k.shape[1]
-    qg, kg = _graph_heads(q, k, walk.graph)
-    block = min(walk.block, 1 << (t - 1).bit_length())
-    walk = dataclasses.replace(walk, block=block)
-    qg, kg, pos, u = _pad_tokens(qg, kg, positions, v, pl.cdiv(t, block) * block)
-    per_graph = jax.vmap(_walk_one, in_axes=(0, 0, None, None, None))
-    pi = jax.vmap(per_graph, in_axes=(0, 0, 0, 0, None))(qg, kg, pos, u, walk)
-    return _finish(pi, t, h, hkv, walk.graph)
+    return _over_graphs(q, k, v, positions, walk, _solve_one)
 
 
 def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = None,
@@ -617,7 +607,7 @@ def attention_pagerank_reference(q, k, v, *, positions, scale: float | None = No
     q, k, v, positions = (jnp.asarray(x) for x in (q, k, v, positions))
     walk = _check_attention(q, k, v, positions, scale, alpha, iters, tol, graph, block,
                             causal_slots)
-    return _attention_walk(q, k, v, positions, walk)
+    return _over_graphs(q, k, v, positions, walk, _walk_one)
 
 
 def _norm_kernel(q_ref, k_ref, qpos_ref, kpos_ref, max_ref, den_ref, *, scale, block,

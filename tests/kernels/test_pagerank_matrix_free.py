@@ -37,9 +37,10 @@ def materialised(q, k, v, pos, *, graph="group", **kw):
     return np.asarray(prkv_scores(attn, v, k.shape[1], graph=graph, impl="xla", **kw)[0])
 
 
-def float64_truth(q, k, v, pos, *, alpha, iters=50, graph="group"):
-    """The same chain and power iteration in float64 numpy."""
-    q, k, v, pos = (np.asarray(x, np.float64) for x in (q, k, v, pos))
+def float64_graph(q, k, pos, graph="group"):
+    """The chain's attention rows in float64 numpy, ``[B, Hg, T, T]`` (the group mean for
+    ``graph="group"``), padding rows zero."""
+    q, k, pos = (np.asarray(x, np.float64) for x in (q, k, pos))
     b, h, t, hd = q.shape
     hkv = k.shape[1]
     s = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, h // hkv, axis=1)) * hd ** -0.5
@@ -49,14 +50,18 @@ def float64_truth(q, k, v, pos, *, alpha, iters=50, graph="group"):
     e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     d = e.sum(-1, keepdims=True)
     a = np.where(d > 0, e / np.where(d > 0, d, 1.0), 0.0)
-    if graph == "group":
-        a = a.reshape(b, hkv, h // hkv, t, t).mean(2)
+    return a.reshape(b, hkv, h // hkv, t, t).mean(2) if graph == "group" else a
+
+
+def float64_truth(q, k, v, pos, *, alpha, iters=50, graph="group"):
+    """The same chain and power iteration in float64 numpy."""
+    a, v = float64_graph(q, k, pos, graph), np.asarray(v, np.float64)
     vb = np.broadcast_to(v[:, None, None, :], a.shape)
     p = np.where(a.sum(-1, keepdims=True) < 0.5, vb, a)
     pi = vb[..., 0, :].copy()
     for _ in range(iters):
         pi = (1 - alpha) * vb[..., 0, :] + alpha * np.einsum("bhi,bhij->bhj", pi, p)
-    return pi if graph == "group" else pi.reshape(b, hkv, h // hkv, t).mean(2)
+    return pi if graph == "group" else pi.reshape(a.shape[0], k.shape[1], -1, a.shape[-1]).mean(2)
 
 
 @pytest.mark.parametrize("graph,alpha,heads", [
@@ -178,24 +183,14 @@ def test_bad_input_raises_naming_the_argument(change, match, fn):
 def float64_fixed_point(q, k, v, pos, *, alpha, graph="group"):
     """The chain's fixed point itself, ``pi (I - alpha P) = (1 - alpha) v``, solved in float64
     numpy on the materialised ``P`` (padding rows sent to ``v``)."""
-    q, k, v, pos = (np.asarray(x, np.float64) for x in (q, k, v, pos))
-    b, h, t, hd = q.shape
-    hkv = k.shape[1]
-    s = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, h // hkv, axis=1)) * hd ** -0.5
-    ok = (pos[:, None, None, :] >= 0) & (pos[:, None, None, :] <= pos[:, None, :, None])
-    s = np.where(ok, s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    d = e.sum(-1, keepdims=True)
-    a = np.where(d > 0, e / np.where(d > 0, d, 1.0), 0.0)
-    if graph == "group":
-        a = a.reshape(b, hkv, h // hkv, t, t).mean(2)
+    a, v = float64_graph(q, k, pos, graph), np.asarray(v, np.float64)
+    t = a.shape[-1]
     out = np.zeros(a.shape[:-1])
-    for i in range(b):
+    for i in range(a.shape[0]):
         for g in range(a.shape[1]):
             p = np.where(a[i, g].sum(-1, keepdims=True) < 0.5, v[i][None], a[i, g])
             out[i, g] = np.linalg.solve((np.eye(t) - alpha * p).T, (1 - alpha) * v[i])
-    return out if graph == "group" else out.reshape(b, hkv, h // hkv, t).mean(2)
+    return out if graph == "group" else out.reshape(a.shape[0], k.shape[1], -1, t).mean(2)
 
 
 @pytest.mark.parametrize("graph,alpha,heads,block", [

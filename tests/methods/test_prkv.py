@@ -222,17 +222,23 @@ def test_matrix_free_policy_keeps_the_materialised_policys_set_through_prefill(g
     np.testing.assert_array_equal(np.asarray(got.keys), np.asarray(ref.keys))
 
 
+def random_layers(seed, *, n_layers, t, lengths, window, q_scale=1.0):
+    """Random queries ``[L, 2, 4, T, 8]`` and keys ``[L, 2, 2, T, 8]`` of a right-padded batch
+    (position -1 past each row's length) and the window restart."""
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.normal(size=(n_layers, 2, 4, t, 8)) * q_scale, jnp.float32)
+    k = jnp.asarray(rng.normal(size=(n_layers, 2, 2, t, 8)), jnp.float32)
+    lengths = np.asarray(lengths)
+    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
+                      jnp.int32)
+    return q, k, pos, prkv.window_restart(jnp.asarray(lengths), t, window)
+
+
 def test_skipping_masked_tiles_changes_nothing_and_checks_its_promise():
     # causal_slots (slot = position, padding at the end) skips the key tiles past each group
     # of query blocks; the scores are the full computation's.
-    rng = np.random.default_rng(3)
     t = 200
-    q = jnp.asarray(rng.normal(size=(1, 2, 4, t, 8)), jnp.float32)     # [L, B, H, T, hd]
-    k = jnp.asarray(rng.normal(size=(1, 2, 2, t, 8)), jnp.float32)
-    lengths = np.array([t, 131])
-    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
-                      jnp.int32)
-    v = prkv.window_restart(jnp.asarray(lengths), t, 5)
+    q, k, pos, v = random_layers(3, n_layers=1, t=t, lengths=(t, 131), window=5)
     for graph in prkv.GRAPHS:
         full = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph)
         skip = prkv.prkv_scores_matrix_free(q, k, pos, v, iters=30, graph=graph,
@@ -246,14 +252,8 @@ def test_skipping_masked_tiles_changes_nothing_and_checks_its_promise():
 def test_exact_solver_is_where_power_steps_converge():
     # The policy's default solve (back-substitution) against 400 power steps, both
     # matrix-free on two layers; a few steps stop visibly short of it.
-    rng = np.random.default_rng(5)
     t = 120
-    q = jnp.asarray(rng.normal(size=(2, 2, 4, t, 8)) * 2, jnp.float32)  # [L, B, H, T, hd]
-    k = jnp.asarray(rng.normal(size=(2, 2, 2, t, 8)), jnp.float32)
-    lengths = np.array([t, 77])
-    pos = jnp.asarray(np.where(np.arange(t)[None] < lengths[:, None], np.arange(t)[None], -1),
-                      jnp.int32)
-    v = prkv.window_restart(jnp.asarray(lengths), t, 6)
+    q, k, pos, v = random_layers(5, n_layers=2, t=t, lengths=(t, 77), window=6, q_scale=2.0)
     for graph in prkv.GRAPHS:
         exact = prkv.prkv_scores_matrix_free(q, k, pos, v, graph=graph, causal_slots=True,
                                              solver="exact")
