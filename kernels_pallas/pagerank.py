@@ -400,7 +400,7 @@ class _Tiles:
 
     def __init__(self, q, k, pos, walk: _Walk):
         g, t_p, hd = q.shape
-        self.g, self.t_p, self.walk, self.k, self.pos = g, t_p, walk, k, pos
+        self.t_p, self.walk, self.k, self.pos = t_p, walk, k, pos
         self.nb, self.bq = t_p // walk.block, walk.block
         self.qb = q.reshape(g, self.nb, self.bq, hd).transpose(1, 0, 2, 3)  # [nb, G, bq, hd]
         self.posb = pos.reshape(self.nb, self.bq)

@@ -146,13 +146,12 @@ def prkv_scores(attn: jax.Array, v: jax.Array, n_kv_heads: int, *, alpha: float 
     """
     _check_solver(solver)
     n_layers, b, h, t, _ = attn.shape
-    p = transition_graph(attn, n_kv_heads, v, graph)
-    heads = p.shape[2]
-    vb = jnp.broadcast_to(v.astype(jnp.float32)[None, :, None, :], (n_layers, b, heads, t))
+    # with a zero restart the dangling rows stay zero (the exact solve's P0)
+    p = transition_graph(attn, n_kv_heads, jnp.zeros_like(v) if solver == "exact" else v,
+                         graph)
+    vb = jnp.broadcast_to(v.astype(jnp.float32)[None, :, None, :], p.shape[:-1])
     if solver == "exact":
-        # a zero restart leaves the dangling rows zero; tril: no key after its query
-        p0 = jnp.tril(transition_graph(attn, n_kv_heads, jnp.zeros_like(v), graph))
-        y = jax.scipy.linalg.solve_triangular(jnp.eye(t) - alpha * p0, vb[..., None],
+        y = jax.scipy.linalg.solve_triangular(jnp.eye(t) - alpha * p, vb[..., None],
                                               lower=True, trans="T")[..., 0]
         pi = y / jnp.sum(y, axis=-1, keepdims=True)
     else:
