@@ -60,6 +60,8 @@ _QUESTION_WORDS = ("what", "colour", "was", "is", "the", "which", "digit", "show
                    "not", "most", "have", "object", "then")
 WORDS = tuple(dict.fromkeys((*_QUESTION_WORDS, *COLOUR_NAMES, *KINDS,
                              *(plural(k) for k in range(len(KINDS))))))
+# Option letters of the "listed" prompt (at most 8 options a row).
+LETTERS = ("a", "b", "c", "d", "e", "f", "g", "h")
 PIXEL_MEAN = BACKGROUND.astype(np.float32) / 255.0
 PIXEL_STD = 0.5
 
@@ -68,17 +70,33 @@ class VLMTokenizer:
     """Word-level tokenizer of the synthetic visual tasks' questions and options.
 
     ``encode(text)`` lower-cases and splits on anything but letters and digits (so
-    punctuation is dropped); a word outside :data:`WORDS` becomes ``<unk>``.
+    punctuation is dropped); a word outside its words becomes ``<unk>``. The tokenizer
+    also fixes the prompt format (:func:`encode`):
+
+    - ``"scored"``: each option is scored by its own words after ``<answer>``;
+    - ``"listed"``: the options are listed in the prompt under the letters :data:`LETTERS`
+      and the letter is scored, as Video-MME's prompt does;
+    - ``"shown"``: the options are listed under their letters as in ``"listed"`` but each
+      is scored by its words, as in ``"scored"``.
+
+    The listing prompts add the letters after the other words (every other id unchanged).
     """
 
     specials = SPECIALS
-    words = WORDS
 
-    def __init__(self):
-        self.vocab = {w: i for i, w in enumerate((*SPECIALS, *WORDS))}
+    def __init__(self, prompt: str = "scored"):
+        if prompt not in ("scored", "listed", "shown"):
+            raise ValueError(f"prompt={prompt!r}; expected one of ['listed', 'scored', "
+                             "'shown']")
+        self.prompt = prompt
+        self.listed = prompt != "scored"         # the options appear in the prompt
+        self.letter_answer = prompt == "listed"  # the answer is the option's letter
+        self.words = WORDS + LETTERS if self.listed else WORDS
+        self.vocab = {w: i for i, w in enumerate((*SPECIALS, *self.words))}
         self.inverse = {i: w for w, i in self.vocab.items()}
         (self.pad_id, self.bos_id, self.vision_start_id, self.vision_end_id, self.video_id,
          self.image_id, self.unk_id, self.answer_id) = range(len(SPECIALS))
+        self.letter_ids = tuple(self.vocab[c] for c in LETTERS) if self.listed else ()
 
     @property
     def vocab_size(self) -> int:
@@ -94,22 +112,30 @@ class VLMTokenizer:
 
 
 TOKENIZER = VLMTokenizer()
+LISTED_TOKENIZER = VLMTokenizer("listed")
+PROMPTS = {"scored": TOKENIZER, "listed": LISTED_TOKENIZER, "shown": VLMTokenizer("shown")}
 
 
 def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: int = 32,
                size: int = 32, patch_size: int = 4, vision_init: float = 0.02,
-               n_heads: int | None = None, merge: int = 2) -> VLMConfig:
+               n_heads: int | None = None, merge: int = 2, prompt: str = "scored"
+               ) -> VLMConfig:
     """A zoo VLM: ViT and decoder of width ``d_model`` (``vision_layers`` / ``n_layers``
     blocks), one frame per temporal patch, ``patch_size`` pixels, ``2 x 2`` merge (a
     32x32 frame with 4-pixel patches is 16 tokens), a decoder whose position budget holds
-    ``max_frames`` frames of ``size`` pixels with the longest question and options."""
+    ``max_frames`` frames of ``size`` pixels with the longest question and four options
+    of five words, and whose vocabulary is ``prompt``'s tokenizer (:data:`PROMPTS`)."""
+    tok = prompt_tokenizer(prompt)
     heads = n_heads or max(2, d_model // 32)
     hd = d_model // heads
     half = hd // 2
     sections = (half - 2 * (half // 3), half // 3, half // 3)
     per = (size // (merge * patch_size)) ** 2
-    max_len = 2 + 16 + max_frames * (per + 2) + 4 * 5  # bos, question, frames, answer, options
-    tok = TOKENIZER
+    # bos, question, frames, answer, four options of 5 words listed under their letters
+    # before the frames (listing prompts), then the scored tail: four letters or four
+    # options of 5 words
+    options = (4 * 6 if tok.listed else 0) + (4 if tok.letter_answer else 4 * 5)
+    max_len = 2 + 16 + max_frames * (per + 2) + options
     return VLMConfig(
         text=TransformerConfig(vocab_size=tok.vocab_size, d_model=d_model, n_layers=n_layers,
                                n_heads=heads, n_kv_heads=heads, head_dim=hd, d_ff=3 * d_model,
@@ -121,6 +147,14 @@ def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: i
                             init_std=vision_init),
         image_token_id=tok.image_id, video_token_id=tok.video_id,
         vision_start_token_id=tok.vision_start_id, vision_end_token_id=tok.vision_end_id)
+
+
+def prompt_tokenizer(prompt: str) -> VLMTokenizer:
+    """The tokenizer of a prompt format, ``"scored"``, ``"listed"`` or ``"shown"``
+    (:class:`VLMTokenizer`)."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"prompt={prompt!r}; expected one of {sorted(PROMPTS)}")
+    return PROMPTS[prompt]
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -192,20 +226,28 @@ def encode(config: VLMConfig, videos, questions: Sequence[str],
            option_len: int = 5, tokenizer: VLMTokenizer = TOKENIZER) -> Batch:
     """Model inputs of ``videos uint8 [B, F, H, W, 3]``, one question and ``K >= 2`` options
     per row (every row the same ``K``; options are padded to ``option_len`` words, questions
-    to ``question_len``).
+    to ``question_len``), in ``tokenizer``'s prompt format:
+
+    - scored (``tokenizer.listed`` False): ``<bos> question frames <answer>``; the options
+      are ``Batch.options`` ``[B, K, option_len]``, each scored by its words;
+    - listed: ``<bos> question a option b option ... frames <answer>``; ``Batch.options``
+      are the letters ``[B, K, 1]``, so the same scoring gives the letters' probabilities;
+    - shown: the listed prompt with the scored options.
 
     Raises ValueError (naming the input and the limit) for frames of the wrong dtype or
     shape, a prompt longer than the decoder's position budget (too many frames), fewer
-    than two options, an empty option, or a question or option longer than its budget.
+    than two options (more than :data:`LETTERS` when listed), an empty option, a question
+    or option longer than its budget, or a tokenizer whose vocabulary is not the model's.
     """
     v = check_frames(videos, config, "videos")
+    if tokenizer.vocab_size != config.text.vocab_size:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids (prompt "
+                         f"{tokenizer.prompt!r}); the model's vocab_size is "
+                         f"{config.text.vocab_size}: use the tokenizer the model was built for")
     b, f, h = v.shape[:3]
     if len(questions) != b or len(options) != b:
         raise ValueError(f"questions ({len(questions)}) and options ({len(options)}) need one "
                          f"entry per video ({b})")
-    per = tokens_per_frame(config, h)
-    t = 1 + question_len + f * (per + 2) + 1
-    budget = config.text.max_len
     k = {len(o) for o in options}
     if len(k) != 1:
         raise ValueError(f"options have {sorted(k)} entries per row; expected one count")
@@ -213,9 +255,17 @@ def encode(config: VLMConfig, videos, questions: Sequence[str],
     if k < 2:
         raise ValueError(f"options has {k} option(s) per row; a multiple-choice posterior "
                          "needs at least 2")
-    if t + k * option_len > budget:
-        frames_max = (budget - 2 - question_len - k * option_len) // (per + 2)
-        raise ValueError(f"videos has {f} frames of {h}x{h}: {t + k * option_len} tokens > "
+    if tokenizer.listed and k > len(LETTERS):
+        raise ValueError(f"options has {k} options per row; the {tokenizer.prompt} prompt "
+                         f"has {len(LETTERS)} letters")
+    per = tokens_per_frame(config, h)
+    listed = k * (1 + option_len) if tokenizer.listed else 0
+    t = 1 + question_len + listed + f * (per + 2) + 1
+    tail = k if tokenizer.letter_answer else k * option_len
+    budget = config.text.max_len
+    if t + tail > budget:
+        frames_max = (budget - 2 - question_len - listed - tail) // (per + 2)
+        raise ValueError(f"videos has {f} frames of {h}x{h}: {t + tail} tokens > "
                          f"TransformerConfig.max_len={budget}, the model's position budget "
                          f"(at most {frames_max} frames)")
     ids = np.full((b, t), tokenizer.pad_id, np.int32)
@@ -228,15 +278,20 @@ def encode(config: VLMConfig, videos, questions: Sequence[str],
         if len(qi) > question_len:
             raise ValueError(f"questions[{i}] has {len(qi)} words; expected at most "
                              f"question_len={question_len}")
-        row = [tokenizer.bos_id, *qi, *frame_part]
-        ids[i, t - len(row):] = row
-        valid[i, t - len(row):] = True
         for j, o in enumerate(row_opts):
             oi = tokenizer.encode(o)
             if not oi or len(oi) > option_len:
                 raise ValueError(f"options[{i}][{j}]={o!r} has {len(oi)} words; expected 1 to "
                                  f"option_len={option_len}")
             opts[i, j, :len(oi)] = oi
+        shown = [w for j in range(k) if tokenizer.listed
+                 for w in (tokenizer.letter_ids[j], *opts[i, j][opts[i, j] != tokenizer.pad_id])]
+        row = [tokenizer.bos_id, *qi, *shown, *frame_part]
+        ids[i, t - len(row):] = row
+        valid[i, t - len(row):] = True
+    if tokenizer.letter_answer:
+        opts = np.broadcast_to(np.asarray(tokenizer.letter_ids[:k], np.int32)[None, :, None],
+                               (b, k, 1)).copy()
     g = h // config.vision.patch_size
     grid = np.array([[f, g, g]] * b)
     rope, nxt = rope_index(ids, config, None, grid)
@@ -463,11 +518,13 @@ def prompt_labels(batch: Batch, labels: np.ndarray, tokenizer: VLMTokenizer = TO
     return out
 
 
-def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) -> list[dict]:
+def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None,
+                 tokenizer: VLMTokenizer = TOKENIZER) -> list[dict]:
     """Trains ``model`` in place through ``stages`` (each: ``steps``, ``batch``,
     ``learning_rate``, ``n_train``, ``p_blank`` and an ``image_qa`` or ``video_qa`` block of
     generator arguments): AdamW (weight decay 0.01), clip 1, warm-up then cosine per stage,
-    on the cross-entropy of the options' posterior. Returns the loss curve."""
+    on the cross-entropy of the options' posterior in ``tokenizer``'s prompt format.
+    Returns the loss curve."""
     config = model.config
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     curve = []
@@ -490,7 +547,8 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
             keep = _blank_mask(rows, rng, st.get("p_blank", 0.0))
             if keep is not None:
                 videos = blank_frames(videos, keep)
-            enc = encode(config, videos, rows["question"], rows["options"])
+            enc = encode(config, videos, rows["question"], rows["options"],
+                         tokenizer=tokenizer)
             weight = float(st.get("region_weight", 0.0))
             if weight:
                 colour_rows = _colour_rows(rows, rng) if st.get("region_colour") else None
@@ -531,7 +589,8 @@ def train_stages(model: VLM, stages: Sequence[Mapping], *, seed: int, log=None) 
     return curve
 
 
-def evaluate_rows(model: VLM, ds, *, batch_size: int = 64) -> dict:
+def evaluate_rows(model: VLM, ds, *, batch_size: int = 64,
+                  tokenizer: VLMTokenizer = TOKENIZER) -> dict:
     """Accuracy by ``question_type`` (and ``"all"``) of ``ds``'s rows with all frames
     (``all_frames``), with the evidence frames only (``evidence_only``) and with every frame
     blank (``no_frames``, the question-only baseline); image rows: ``all_frames`` only.
@@ -547,7 +606,7 @@ def evaluate_rows(model: VLM, ds, *, batch_size: int = 64) -> dict:
         modes["no_frames"] = [[] for _ in range(len(ds))]
     for mode, keep in modes.items():
         post = posteriors(model, videos, ds["question"], ds["options"], keep=keep,
-                          batch_size=batch_size)
+                          batch_size=batch_size, tokenizer=tokenizer)
         right = post.argmax(-1) == answer
         acc = {t: float(right[types == t].mean()) for t in out["n"] if t != "all"}
         acc["all"] = float(right.mean())
@@ -611,7 +670,10 @@ class VLMSpec:
     """A zoo VLM: its :class:`lab.nn.VLMConfig`, the training stages (:func:`train_stages`),
     the held-out set (``eval``: ``video_qa`` arguments, ``n_per_type`` rows per question
     type, and ``image_qa`` arguments with ``n_image`` rows for the perception check) and
-    the seed. ``name`` and ``description`` are not hashed."""
+    the seed, and the prompt format (``"scored"``, ``"listed"`` or ``"shown"``,
+    :class:`VLMTokenizer`; the model's vocabulary must be that tokenizer's). ``name`` and
+    ``description`` are not hashed; nor is ``prompt`` at ``"scored"``, so that entries
+    trained before the listing prompts existed keep their keys."""
 
     name: str
     model: VLMConfig
@@ -619,13 +681,29 @@ class VLMSpec:
     eval: Mapping[str, Any]
     seed: int = 0
     description: str = ""
+    prompt: str = "scored"
+
+    def __post_init__(self):
+        tok = prompt_tokenizer(self.prompt)
+        if tok.vocab_size != self.model.text.vocab_size:
+            raise ValueError(f"VLMSpec {self.name!r}: model vocab_size="
+                             f"{self.model.text.vocab_size} but prompt={self.prompt!r} has "
+                             f"{tok.vocab_size} ids; build the config with "
+                             f"vlm_config(..., prompt={self.prompt!r})")
+
+    @property
+    def tokenizer(self) -> VLMTokenizer:
+        return prompt_tokenizer(self.prompt)
 
     def hashed_fields(self) -> dict:
         from lab.zoo.spec import canonical
 
-        return canonical({"format": VLM_FORMAT, "model": self.model.to_dict(),
-                           "stages": [dict(s) for s in self.stages], "eval": dict(self.eval),
-                           "seed": self.seed, "tokenizer": list(SPECIALS + WORDS)})
+        fields = {"format": VLM_FORMAT, "model": self.model.to_dict(),
+                  "stages": [dict(s) for s in self.stages], "eval": dict(self.eval),
+                  "seed": self.seed, "tokenizer": list(SPECIALS + self.tokenizer.words)}
+        if self.prompt != "scored":
+            fields["prompt"] = self.prompt
+        return canonical(fields)
 
     def digest(self) -> str:
         from lab.zoo.spec import digest_of
@@ -659,12 +737,12 @@ def train_vlm(spec: VLMSpec, progress: bool = False) -> tuple[VLM, dict]:
 
     t0, c0 = time.time(), time.process_time()
     model = VLM(spec.model, rngs=nnx.Rngs(spec.seed))
-    curve = train_stages(model, spec.stages, seed=spec.seed,
+    curve = train_stages(model, spec.stages, seed=spec.seed, tokenizer=spec.tokenizer,
                          log=(lambda r: logging.info("vlm %s: %s", spec.name, r))
                          if progress else None)
     t1, c1 = time.time(), time.process_time()
     videos, images = held_out(spec)
-    result = evaluate_rows(model, videos)
+    result = evaluate_rows(model, videos, tokenizer=spec.tokenizer)
     metrics = {"held_out": result,
                "regime": regime_checks(result, len(videos[0]["options"])),
                "curve": curve,
@@ -674,7 +752,7 @@ def train_vlm(spec: VLMSpec, progress: bool = False) -> tuple[VLM, dict]:
                            "eval": time.time() - t1, "eval_cpu": time.process_time() - c1},
                "host": host.describe()}
     if images is not None:
-        metrics["held_out_images"] = evaluate_rows(model, images)
+        metrics["held_out_images"] = evaluate_rows(model, images, tokenizer=spec.tokenizer)
     return model, metrics
 
 
@@ -742,7 +820,7 @@ def load_spec(spec: VLMSpec, *, source: str | None = None, progress: bool = True
                   cache=zoo_dir(), read=lambda root: _read(root, spec), build=build,
                   trainings=TRAININGS)
     zoo.record_resolved(spec.name, key, got)
-    return got.obj, TOKENIZER
+    return got.obj, spec.tokenizer
 
 
 def _flat(model: VLM) -> dict[str, np.ndarray]:
