@@ -16,7 +16,13 @@ offending index.
 Built in: ``exact_match`` (1 if the completion's answer, the text after its last
 ``"A:"`` as :func:`lab.data.extract_answer` reads it, equals the ``answer``
 column after stripping whitespace, else 0; no answer line, or an empty one, is
-no answer) and ``answer_format`` (1 if an answer line is present, else 0).
+no answer), ``answer_format`` (1 if an answer line is present, else 0) and
+``chain_steps``, a process reward for :func:`lab.data.arithmetic` chains: the fraction of
+the problem's steps written right before the first wrong one
+(:func:`lab.data.synthetic.arithmetic.check_chain`'s ``steps_gold``), which credits a
+chain for each step it gets right where exact match gives one bit per chain (the
+step-level signal of process supervision; Lightman et al. 2023, "Let's Verify Step by
+Step").
 """
 
 from __future__ import annotations
@@ -92,6 +98,21 @@ def exact_match(prompts, completions, *, answer, **_) -> list[float | None]:
 def answer_format(prompts, completions, **_) -> list[float | None]:
     """1.0 if the completion has a non-empty ``"A:"`` line, else None (no answer)."""
     return [None if _answer(c) is None else 1.0 for c in completions]
+
+
+@register("chain_steps", failure=0.0)
+def chain_steps(prompts, completions, *, operands, ops, **_) -> list[float]:
+    """Per completion: right steps before the first wrong one / the problem's steps, from
+    the ``operands`` and ``ops`` columns of :func:`lab.data.arithmetic` (a missing or
+    malformed step is a wrong step; a chain without an answer line still gets its steps'
+    credit)."""
+    from lab.data.synthetic.arithmetic import check_chain
+
+    out = []
+    for completion, operands_, ops_ in zip(completions, operands, ops, strict=True):
+        c = check_chain(completion, list(operands_), ops_)
+        out.append(sum(c.steps_gold) / c.n_expected)
+    return out
 
 
 class Scores(NamedTuple):

@@ -346,6 +346,20 @@ def test_no_answer_gets_failure_reward_and_is_counted():
     np.testing.assert_array_equal(s.no_answer, [False, False, True, True])
 
 
+def test_chain_steps_credits_the_right_steps_before_the_first_wrong_one():
+    meta = {"operands": [[18, 94, 37, 81]] * 5, "ops": ["+++"] * 5,
+            "answer": ["230"] * 5}
+    completions = ["18+94=112;112+37=149;149+81=230\nA: 230",   # all three right
+                   "18+94=112;112+37=150;150+81=231\nA: 231",   # wrong at the second
+                   "18+94=112;112+37=149;149+81=230",            # right, no answer line
+                   "18+94=113;113+37=150;150+81=231\nA: 231",   # wrong from the first
+                   "18+94=112;garbage\nA: 230"]                 # malformed second step
+    s = rewards.score(["exact_match", "chain_steps"], ["18+94+37+81=?\n"] * 5, completions,
+                      meta, weights=[1.0, 0.5])
+    np.testing.assert_allclose(s.per_fn["chain_steps"], [1, 1 / 3, 1, 0, 1 / 3], atol=1e-6)
+    np.testing.assert_allclose(s.total, [1.5, 1 / 6, 0.5, 0.0, 1 + 1 / 6], atol=1e-6)
+
+
 def test_config_errors_name_field():
     with pytest.raises(ValueError, match=r"RLConfig.clip_eps=1.5; expected a number in \[0, 1\)"):
         _toy_config(clip_eps=1.5)
