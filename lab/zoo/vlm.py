@@ -14,7 +14,10 @@ it. An option (``"red"``, ``"circle, then 7, then cross"``, ``"red circle"``, ``
 scored by its words' log-probability after ``<answer>`` and the posterior is the softmax
 over the options, the rule of :func:`lab.nn.choice_posterior`; :func:`option_posteriors`
 scores a batch of rows with per-row options in one forward (each option sees the prompt
-and its own earlier words only). Pixels are ``uint8`` RGB frames, normalised by
+and its own earlier words only). That is the ``"scored"`` prompt of the named models;
+:class:`VLMTokenizer` also has two that list the options in the prompt (``"listed"``,
+scoring the option's letter as Video-MME does, and ``"shown"``), chosen by
+``VLMSpec.prompt``. Pixels are ``uint8`` RGB frames, normalised by
 :func:`patchify` to ``(x / 255 - background) / 0.5`` so that the empty canvas is 0.
 
 Training (:func:`train_vlm`) is a curriculum of stages on the posterior's cross-entropy:
