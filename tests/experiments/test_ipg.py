@@ -5,6 +5,7 @@ import copy
 import json
 import os
 
+import numpy as np
 import pytest
 
 from configs.ipg import get_config
@@ -91,3 +92,15 @@ def test_bad_config_names_the_key():
     bad.ipg.method = "simpson"
     with pytest.raises(ValueError, match="config.ipg.method='simpson'"):
         exp.check_config(bad)
+
+
+def test_random_control_sets_avoid_the_planted_neurons():
+    """The plant check's control sets are drawn from the other neurons, as the training's
+    random ablations are (a set holding one planted neuron measures part of the plant)."""
+    planted = np.array([[0, 3], [0, 7], [1, 0]])
+    sets = exp.random_sets(np.random.default_rng(0), (2, 8), planted, 3, 200)
+    taken = {tuple(p) for p in planted.tolist()}
+    assert all(len({tuple(p) for p in s.tolist()}) == 3 for s in sets)
+    assert not any(tuple(p) in taken for s in sets for p in s.tolist())
+    seen = {tuple(p) for s in sets for p in s.tolist()}
+    assert len(seen) == 16 - 3                          # every other neuron is drawn
