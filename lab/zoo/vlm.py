@@ -63,8 +63,9 @@ _QUESTION_WORDS = ("what", "colour", "was", "is", "the", "which", "digit", "show
                    "not", "most", "have", "object", "then")
 WORDS = tuple(dict.fromkeys((*_QUESTION_WORDS, *COLOUR_NAMES, *KINDS,
                              *(plural(k) for k in range(len(KINDS))))))
-# Option letters of the "listed" prompt (at most 8 options a row).
+# Option letters of the listing prompts (at most 8 options a row).
 LETTERS = ("a", "b", "c", "d", "e", "f", "g", "h")
+PROMPT_FORMATS = ("scored", "listed", "shown")  # see VLMTokenizer
 PIXEL_MEAN = BACKGROUND.astype(np.float32) / 255.0
 PIXEL_STD = 0.5
 
@@ -88,9 +89,8 @@ class VLMTokenizer:
     specials = SPECIALS
 
     def __init__(self, prompt: str = "scored"):
-        if prompt not in ("scored", "listed", "shown"):
-            raise ValueError(f"prompt={prompt!r}; expected one of ['listed', 'scored', "
-                             "'shown']")
+        if prompt not in PROMPT_FORMATS:
+            raise ValueError(f"prompt={prompt!r}; expected one of {list(PROMPT_FORMATS)}")
         self.prompt = prompt
         self.listed = prompt != "scored"         # the options appear in the prompt
         self.letter_answer = prompt == "listed"  # the answer is the option's letter
@@ -114,9 +114,8 @@ class VLMTokenizer:
         return " ".join(self.inverse.get(int(i), "<unk>") for i in ids)
 
 
-TOKENIZER = VLMTokenizer()
-LISTED_TOKENIZER = VLMTokenizer("listed")
-PROMPTS = {"scored": TOKENIZER, "listed": LISTED_TOKENIZER, "shown": VLMTokenizer("shown")}
+PROMPTS = {p: VLMTokenizer(p) for p in PROMPT_FORMATS}
+TOKENIZER, LISTED_TOKENIZER = PROMPTS["scored"], PROMPTS["listed"]
 
 
 def vlm_config(d_model: int, n_layers: int, vision_layers: int, *, max_frames: int = 32,
@@ -156,7 +155,7 @@ def prompt_tokenizer(prompt: str) -> VLMTokenizer:
     """The tokenizer of a prompt format, ``"scored"``, ``"listed"`` or ``"shown"``
     (:class:`VLMTokenizer`)."""
     if prompt not in PROMPTS:
-        raise ValueError(f"prompt={prompt!r}; expected one of {sorted(PROMPTS)}")
+        raise ValueError(f"prompt={prompt!r}; expected one of {list(PROMPT_FORMATS)}")
     return PROMPTS[prompt]
 
 

@@ -44,3 +44,14 @@ def execute(name: str, monkeypatch, timeout: int = 900):
     text = "".join(o.get("text", "") + json.dumps(o.get("data", {})) for o in outputs)
     assert "Traceback" not in text
     return nb, text
+
+
+def source(code: list[dict]) -> str:
+    """The concatenated source of ``code`` cells (as :func:`check_stripped` returns them)."""
+    return "".join("".join(c["source"]) for c in code)
+
+
+def figures(nb) -> int:
+    """How many PNG figures an executed notebook's code cells output."""
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    return sum("image/png" in o.get("data", {}) for o in outputs)

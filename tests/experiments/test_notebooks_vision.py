@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from tests.experiments.notebooks import check_stripped, execute
+from tests.experiments.notebooks import check_stripped, execute, figures, source
 
 NAME = "vision.ipynb"
 
 
 def test_notebook_is_stripped():
     code = check_stripped(NAME)
-    assert 'PRESET = "test"' in "".join("".join(c["source"]) for c in code)
+    assert 'PRESET = "test"' in source(code)
 
 
 @pytest.mark.slow
@@ -39,5 +39,4 @@ def test_notebook_executes(monkeypatch):
         assert abs(float(got) - float(want)) < 0.03 and float(err) < 1e-5
     m = re.search(r"GRAM loss rotated and scaled: ([0-9.e+-]+) \| unrelated: ([0-9.]+)", text)
     assert m and float(m.group(1)) < 1e-5 and float(m.group(2)) > 0.01
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
+    assert figures(nb) == 2
