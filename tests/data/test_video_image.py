@@ -1,11 +1,13 @@
 """image_qa: ground truth from the objects and the pixels, the target's size at the two
 resolutions, blind baselines near chance (bounds as in test_video.py), bad input."""
 
+import datasets
 import numpy as np
 import pytest
 
 from lab.data import downsample, extract_answer, generate, image_qa, render_images
-from lab.data.synthetic.render import COLOUR_NAMES, COLOURS, KINDS, glyph
+from lab.data.synthetic.image import IMAGE_QUESTION_TYPES
+from lab.data.synthetic.render import COLOUR_NAMES, COLOURS, KINDS, entity_name, glyph
 from lab.data.synthetic.shortcuts import text_baselines
 
 
@@ -69,11 +71,60 @@ def test_blind_baselines_near_chance(ds):
             assert abs(acc - 0.25) < 0.07, (qt, name, acc)
 
 
+@pytest.fixture(scope="module")
+def negation():
+    return image_qa(1500, seed=1, question_types="negation").to_list()
+
+
+def test_negation_ground_truth(negation):
+    # the drawn pairs are every option but the answer; no distractor is an option's pair
+    for r in negation[:500]:
+        assert r["question"] == "Which of these did not appear?"
+        n_asked = len(r["options"]) - 1
+        asked, distr = r["objects"][-n_asked:], r["objects"][:-n_asked]
+        assert len(distr) == r["n_distractors"]
+        shown = {entity_name(o["kind"], o["colour"]) for o in asked}
+        answer = r["options"][r["answer_index"]]
+        assert shown == set(r["options"]) - {answer}
+        assert not {entity_name(o["kind"], o["colour"]) for o in distr} & set(r["options"])
+        t = r["objects"][-1]
+        assert r["target_box"][:2] == [t["x0"], t["y0"]]
+
+
+def _unbound_negation(r, rng):
+    """The option whose colour or kind is in no object (no colour-kind binding)."""
+    cols = {COLOUR_NAMES[o["colour"]] for o in r["objects"]}
+    kinds = {KINDS[o["kind"]] for o in r["objects"]}
+    ok = [i for i, o in enumerate(r["options"])
+          if not (o.split()[0] in cols and o.split()[1] in kinds)] or range(len(r["options"]))
+    return list(ok)[int(rng.integers(len(ok)))] == r["answer_index"]
+
+
+def test_negation_shortcuts_near_chance(negation):
+    # lures (the absent pair's kind and colour on other objects) close "the option that is
+    # missing a part" from two distractors on; with none it answers nearly always
+    rng = np.random.default_rng(0)
+    assert np.mean([_unbound_negation(r, rng) for r in negation]) < 0.25 + 0.06
+    easy = image_qa(300, seed=2, question_types="negation", distractors=0).to_list()
+    assert np.mean([_unbound_negation(r, rng) for r in easy]) > 0.9
+    for name, acc in text_baselines(datasets.Dataset.from_list(negation)).items():
+        assert abs(acc - 0.25) < 0.06, (name, acc)
+
+
+def test_default_types_unchanged_and_all_three_mix():
+    assert set(image_qa(40, 0)["question_type"]) == {"identify", "colour"}
+    mixed = image_qa(300, 0, question_types=IMAGE_QUESTION_TYPES)
+    assert {q: mixed["question_type"].count(q) for q in IMAGE_QUESTION_TYPES} == {
+        "identify": 100, "colour": 100, "negation": 100}
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"n_options": 1}, r"n_options=1; expected an int >= 2"),
     ({"n_options": 9}, r"n_options=9; expected at most 8 \(colours\)"),
     ({"low_size": 48}, r"low_size=48; expected a positive divisor of size=128"),
     ({"question_types": "where"}, r"question_types='where'"),
+    ({"question_types": "negation", "n_options": 300},
+     r"n_options=300; expected at most \d+ \(colour-kind pairs\)"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

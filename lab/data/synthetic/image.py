@@ -14,10 +14,17 @@ Question types:
 - ``colour``: "What colour is the triangle?" (the only triangle); the
   distractors are other kinds, so finding it needs the form, answering needs
   the colour.
+- ``negation``: "Which of these did not appear?" (``video_qa``'s question on one
+  image): ``n_options`` colour-kind pairs, all but one drawn; the asked-about
+  objects are the drawn pairs (the target is the last of them), and the
+  distractors are never one of the options' pairs.
 
 The first distractors are lures: each wrong option's kind (``identify``, in
 another colour) or colour (``colour``, on another kind) is in the image, so
-"the option that is in the picture" does not answer. The answer and the wrong
+"the option that is in the picture" does not answer; for ``negation`` the
+absent pair's kind (in another colour) and its colour (on another kind), so
+that from two distractors on "the option whose kind or colour is missing"
+does not answer either. The answer and the wrong
 options are drawn uniformly from their pools and the options shuffled
 (:func:`lab.data.synthetic.render.multiple_choice`), so the question text and
 the option letters carry no signal;
@@ -39,6 +46,7 @@ from lab.data.synthetic.render import (
     LETTERS,
     check_images,
     check_n_options,
+    entity_name,
     glyph_shape,
     kind_name,
     multiple_choice,
@@ -46,23 +54,27 @@ from lab.data.synthetic.render import (
     render,
 )
 
-IMAGE_QUESTION_TYPES = ("identify", "colour")
+IMAGE_QUESTION_TYPES = ("identify", "colour", "negation")
+DEFAULT_IMAGE_QUESTION_TYPES = ("identify", "colour")
 
 
 def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
-             question_types: Sequence[str] = IMAGE_QUESTION_TYPES, distractors=(8, 16),
+             question_types: Sequence[str] = DEFAULT_IMAGE_QUESTION_TYPES, distractors=(8, 16),
              object_size=7, noise: float = 0.0, n_options: int = 4) -> datasets.Dataset:
     """``n`` images of ``size x size`` pixels, one multiple-choice question each.
 
     ``object_size`` (int or ``(lo, hi)``) is every object's height in pixels;
     ``distractors`` (int or ``(lo, hi)``) how many non-target objects;
+    ``question_types`` the types drawn in equal shares (``identify`` and ``colour``
+    unless ``negation`` is asked for);
     ``low_size`` (a divisor of ``size``) the resolution :func:`render_images`
     gives with ``low=True``; ``noise`` the std of Gaussian pixel noise.
 
     Columns: the common ones (``answer`` the option letter; ``difficulty =
     ceil(log2(size / target height)) + distractors // 4 + (noise > 0)``),
     ``question``, ``options``, ``answer_index``, ``question_type``,
-    ``objects`` (drawing order, the target last), ``target_box`` (``[x, y, w,
+    ``objects`` (drawing order: the distractors, then the asked-about objects, the
+    target last), ``target_box`` (``[x, y, w,
     h]`` in full-resolution pixels), ``n_distractors``, ``size``,
     ``low_size``, ``frames`` (1), ``noise``, ``noise_seed``.
     """
@@ -79,14 +91,29 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
     d_rng = as_range("distractors", distractors, 0)
     if not isinstance(noise, (int, float)) or noise < 0:
         raise ValueError(f"noise={noise!r}; expected a float >= 0 (pixel std, 0-255 units)")
-    check_n_options(n_options, len(COLOUR_NAMES), "colours")
+    pairs_pool = len(KINDS) * len(COLOUR_NAMES)
+    check_n_options(n_options, *((pairs_pool, "colour-kind pairs") if set(qts) == {"negation"}
+                                 else (len(COLOUR_NAMES), "colours")))
     rng = np.random.default_rng([seed, 606])
     types = [qts[int(i)] for i in rng.permutation(np.arange(n) % len(qts))]
     rows = []
     for qt in types:
         kind, colour = int(rng.integers(len(KINDS))), int(rng.integers(len(COLOUR_NAMES)))
-        target = place(rng, kind, colour, (0, 1), size, osz, [], max_speed=0.0)
-        if qt == "identify":
+        asked: list[dict] = []                  # the asked-about objects before the target
+        if qt == "negation":
+            flat = rng.choice(pairs_pool, size=n_options, replace=False)
+            pairs = [(int(f) // len(COLOUR_NAMES), int(f) % len(COLOUR_NAMES)) for f in flat]
+            (kind, colour), shown = pairs[-1], pairs[1:-1]
+            for k, c in shown:
+                asked.append(place(rng, k, c, (0, 1), size, osz, asked, max_speed=0.0))
+        target = place(rng, kind, colour, (0, 1), size, osz, asked, max_speed=0.0)
+        if qt == "negation":
+            question = "Which of these did not appear?"
+            correct, wrong = entity_name(*pairs[0]), [entity_name(*p) for p in pairs[1:]]
+            forced = [(pairs[0][0], None), (None, pairs[0][1])]
+            if rng.integers(2):
+                forced.reverse()
+        elif qt == "identify":
             question = f"What is the {COLOUR_NAMES[colour]} object?"
             pool = [k for k in range(len(KINDS)) if k != kind]
             picks = [int(k) for k in rng.choice(pool, size=n_options - 1, replace=False)]
@@ -105,9 +132,10 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             if len(objects) < len(forced):        # lures: every wrong option is in the image
                 lk, lc = forced[len(objects)]
                 k, c = (k if lk is None else lk), (c if lc is None else lc)
-            if (qt == "identify" and c == colour) or (qt == "colour" and k == kind):
+            if ((qt == "identify" and c == colour) or (qt == "colour" and k == kind)
+                    or (qt == "negation" and (k, c) in pairs)):
                 continue
-            objects.append(place(rng, k, c, (0, 1), size, osz, objects + [target],
+            objects.append(place(rng, k, c, (0, 1), size, osz, objects + asked + [target],
                                  max_speed=0.0))
         options, answer, prompt = multiple_choice(rng, correct, wrong, question)
         h, w = glyph_shape(target["kind"], target["size"])
@@ -117,7 +145,7 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             "difficulty": max(0, math.ceil(math.log2(size / target["size"]))) + nd // 4
             + int(noise > 0),
             "task": "image_qa", "question": question, "options": options,
-            "answer_index": answer, "question_type": qt, "objects": objects + [target],
+            "answer_index": answer, "question_type": qt, "objects": objects + asked + [target],
             "target_box": [target["x0"], target["y0"], w, h], "n_distractors": nd,
             "size": int(size), "low_size": int(low_size), "frames": 1, "noise": float(noise),
             "noise_seed": int(rng.integers(2**31)),

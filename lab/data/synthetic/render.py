@@ -191,6 +191,11 @@ def check_n_options(n_options, limit: int, what: str) -> int:
     return int(n_options)
 
 
+def entity_name(kind: int, colour: int) -> str:
+    """``"red circle"``: a colour-kind pair as the negation questions' options name it."""
+    return f"{COLOUR_NAMES[colour]} {kind_name(kind)}"
+
+
 def multiple_choice(rng: np.random.Generator, correct: str, wrong: list[str],
                     question: str) -> tuple[list[str], int, str]:
     """Shuffles ``[correct] + wrong`` -> ``(options, answer_index, prompt)``.

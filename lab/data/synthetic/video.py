@@ -65,6 +65,7 @@ from lab.data.synthetic.render import (
     KINDS,
     LETTERS,
     check_n_options,
+    entity_name,
     kind_name,
     multiple_choice,
     overlaps,
@@ -179,10 +180,6 @@ def _counting(s: _Scene, n_options: int):
                 excluded=lambda k, c: k == kind, forced=[], lures=[])
 
 
-def _entity(kind: int, colour: int) -> str:
-    return f"{COLOUR_NAMES[colour]} {kind_name(kind)}"
-
-
 def _negation(s: _Scene, n_options: int):
     rng, frames = s.rng, s.cfg["frames"]
     flat = rng.choice(len(KINDS) * len(COLOUR_NAMES), size=n_options, replace=False)
@@ -194,7 +191,7 @@ def _negation(s: _Scene, n_options: int):
     if rng.integers(2):
         forced.reverse()
     return dict(template=0, question="Which of these did not appear?",
-                correct=_entity(*absent), wrong=[_entity(*p) for p in shown],
+                correct=entity_name(*absent), wrong=[entity_name(*p) for p in shown],
                 query_kinds=[p[0] for p in pairs], query_colours=[p[1] for p in pairs],
                 excluded=lambda k, c: (k, c) in pairs,
                 forced=forced,
@@ -405,7 +402,7 @@ def oracle_answer(row: dict, frames, rng: np.random.Generator) -> int:
     elif qt == "counting":
         ok = [i for i, opt in enumerate(opts) if int(opt) == len(seen)]
     elif qt == "negation":
-        shown = {_entity(o["kind"], o["colour"]) for _, o, _ in seen}
+        shown = {entity_name(o["kind"], o["colour"]) for _, o, _ in seen}
         ok = [i for i, opt in enumerate(opts) if opt not in shown]
     else:                                                       # summary
         counts = {name: 0 for name in opts}
