@@ -315,20 +315,24 @@ def _option_layout(t: int, k: int, length: int):
     return allowed, src, offset
 
 
-def _scores(model: VLM, ids, valid, pixels, grid, rope, nxt, options, opt_valid):
-    """Log-probabilities ``[B, K]`` of each row's options (summed over their words)."""
-    b, t = ids.shape
+def score_options(lm, x, positions, rope, valid, nxt, options, opt_valid):
+    """Log-probabilities ``[B, K]`` of each row's options (summed over their words) after
+    a prompt given as decoder inputs, and the prompt's logits ``[B, t, V]``.
+
+    ``x [B, t, D]`` are the prompt's input embeddings (``VLM.embed``'s, or those with
+    latent steps spliced in), ``positions [B, t]``, ``rope [3, B, t]`` and ``valid
+    [B, t]`` their positions and validity, ``nxt [B]`` the first option word's position,
+    ``options`` / ``opt_valid`` ``[B, K, L]`` as :class:`Batch`. Every option sees the
+    prompt and its own earlier words only (:func:`lab.nn.choice_posterior`'s block mask),
+    in one forward of ``lm`` (the decoder)."""
+    b, t = valid.shape
     _, k, length = options.shape
-    e = model.embed(ids, pixel_values_videos=pixels, video_grid_thw=np.array(grid),
-                    rope_positions=(rope, nxt))
-    lm = model.language_model
     allowed, src, offset = _option_layout(t, k, length)
     tail = options.reshape(b, k * length)
-    x = jnp.concatenate([e.inputs_embeds, lm.embed(tail)], axis=1)
+    x = jnp.concatenate([x, lm.embed(tail).astype(x.dtype)], axis=1)
     opt_pos = nxt[:, None] + jnp.asarray(offset, jnp.int32)[None]
-    positions = jnp.concatenate([e.positions, opt_pos], axis=1)
-    rope_all = jnp.concatenate([e.rope_positions, jnp.broadcast_to(opt_pos, (3, b, k * length))],
-                               axis=2)
+    positions = jnp.concatenate([positions, opt_pos], axis=1)
+    rope_all = jnp.concatenate([rope, jnp.broadcast_to(opt_pos, (3, b, k * length))], axis=2)
     keys_ok = jnp.concatenate([valid, opt_valid.reshape(b, -1)], axis=1)
     mask = jnp.asarray(allowed)[None, None] & keys_ok[:, None, None, :]
     logits = lm(inputs_embeds=x, positions=positions, rope_positions=rope_all, mask=mask)
@@ -336,6 +340,14 @@ def _scores(model: VLM, ids, valid, pixels, grid, rope, nxt, options, opt_valid)
     tok = jnp.take_along_axis(logp, tail[..., None], axis=-1)[..., 0]   # [B, KL]
     tok = jnp.where(opt_valid.reshape(b, -1), tok, 0.0)
     return tok.reshape(b, k, length).sum(-1), logits[:, :t]
+
+
+def _scores(model: VLM, ids, valid, pixels, grid, rope, nxt, options, opt_valid):
+    """Log-probabilities ``[B, K]`` of each row's options (summed over their words)."""
+    e = model.embed(ids, pixel_values_videos=pixels, video_grid_thw=np.array(grid),
+                    rope_positions=(rope, nxt))
+    return score_options(model.language_model, e.inputs_embeds, e.positions,
+                         e.rope_positions, valid, nxt, options, opt_valid)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("grid",))
