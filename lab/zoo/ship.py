@@ -19,6 +19,12 @@ file, so the repository's history only grows when a recipe changes) unless
 ``--force``; a shipped entry of the same name and another key (an older recipe) is
 removed.
 
+A VLM of :mod:`lab.zoo.vlm` (``python -m lab.zoo.ship vlm-xs``) ships as trained
+(float32, :func:`ship_vlm`), its ``metrics.json`` gaining the same ``"shipped"`` block
+with a check set: the first :data:`CHECK_PER_TASK` held-out videos of each question type
+and as many images, with the shipped model's chosen option on each, which the tests
+re-measure.
+
     python -m lab.zoo.ship --bundle gpa-assets-<digest>
 
 ships a method's bundle of trained modules (:mod:`lab.zoo.bundle`) from the cache to
@@ -37,7 +43,7 @@ from flax import nnx
 
 from lab import host
 from lab.data import ByteTokenizer
-from lab.zoo import bundle
+from lab.zoo import bundle, vlm
 from lab.zoo.evaluate import evaluate
 from lab.zoo.spec import NAMED, ZOO_FORMAT, ZooSpec
 from lab.zoo.store import (
@@ -143,6 +149,67 @@ def ship(name: str, *, cache_dir: str | None = None, force: bool = False,
             "bytes": _bytes(final)}
 
 
+def vlm_check(spec: vlm.VLMSpec) -> dict:
+    """The check set of a shipped VLM: ``{"videos": indices of the held-out videos,
+    "images": indices of the held-out images}``, the first :data:`CHECK_PER_TASK` of each
+    question type (and as many images)."""
+    videos, images = vlm.held_out(spec)
+    types = np.asarray(videos["question_type"])
+    idx = sorted(int(i) for t in dict.fromkeys(types.tolist())
+                 for i in np.flatnonzero(types == t)[:CHECK_PER_TASK])
+    return {"videos": idx,
+            "images": list(range(min(CHECK_PER_TASK, len(images)))) if images else []}
+
+
+def vlm_choices(model, spec: vlm.VLMSpec, check: dict) -> dict:
+    """The option ``model`` chooses on each row of ``check`` (:func:`vlm_check`):
+    ``{"videos": [...], "images": [...]}``."""
+    videos, images = vlm.held_out(spec)
+    out = {}
+    for part, ds in (("videos", videos), ("images", images)):
+        if not check[part]:
+            out[part] = []
+            continue
+        rows = ds.select(check[part])
+        post = vlm.posteriors(model, vlm.render_rows(rows), rows["question"], rows["options"],
+                              tokenizer=spec.tokenizer)
+        out[part] = [int(i) for i in post.argmax(-1)]
+    return out
+
+
+def ship_vlm(name: str, *, cache_dir: str | None = None, force: bool = False) -> dict:
+    """Ships the cache entry of the VLM ``name``'s current key as trained (float32), with
+    its check set's choices; ``{"name", "key", "status", "dtype", "bytes"}``."""
+    if name not in vlm.NAMED:
+        raise ValueError(f"VLM zoo model {name!r} is unknown; expected one of "
+                         f"{sorted(vlm.NAMED)}")
+    spec = vlm.NAMED[name]
+    key, root = spec.key, shipped_dir()
+    final = os.path.join(root, key)
+    if os.path.isdir(final) and not force:
+        return {"name": name, "key": key, "status": "unchanged", "bytes": _bytes(final)}
+    from lab.zoo.store import read_files, write_files
+
+    src = os.path.join(cache_dir or zoo_dir(), key)
+    try:
+        flat, metrics = read_files(src, spec.digest())
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no cache entry {key} under {cache_dir or zoo_dir()}; train "
+                         f"it first (zoo.load({name!r}, source='cache'))") from None
+    model = vlm.model_from_flat(spec.model, flat, f"zoo entry {src}")
+    check = vlm_check(spec)
+    metrics = {**metrics, "shipped": {"dtype": "float32", "shipped_on": host.describe(),
+                                      "check": {**check, "per_task": CHECK_PER_TASK,
+                                                "choices": vlm_choices(model, spec, check)}}}
+    write_files(key, flat, {"spec": spec.to_dict(), "digest": spec.digest(),
+                            "format": vlm.VLM_FORMAT}, metrics, root=root)
+    for old in entry_keys(root, name):
+        if old != key:
+            shutil.rmtree(os.path.join(root, old))
+    return {"name": name, "key": key, "status": "shipped", "dtype": "float32",
+            "bytes": _bytes(final)}
+
+
 def _bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
 
@@ -162,13 +229,16 @@ def main(argv):
     names = argv[1:]
     if not names and not _BUNDLES.value:
         sys.exit(f"usage: python -m lab.zoo.ship [--bundle KEY,...] NAME [NAME ...]; names: "
-                 f"{sorted(NAMED)}")
+                 f"{sorted({**NAMED, **vlm.NAMED})}")
     for k in _BUNDLES.value:
         r = bundle.ship(k)
         print(f"{r['key']}: {r['status']} (float32, {r['bytes'] / 1e6:.2f} MB)")
     for name in names:
-        r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value,
-                 trained_here=_TRAINED_HERE.value)
+        if name in vlm.NAMED:
+            r = ship_vlm(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value)
+        else:
+            r = ship(name, cache_dir=_CACHE_DIR.value, force=_FORCE.value,
+                     trained_here=_TRAINED_HERE.value)
         print(f"{r['name']}: {r['status']} {r['key']} ({r.get('dtype', 'as before')}, "
               f"{r['bytes'] / 1e6:.2f} MB)")
 

@@ -13,11 +13,13 @@ import pytest
 from experiments.reproduce import discover
 from lab import zoo
 from lab.data import ByteTokenizer
-from lab.zoo import bundle, ship, store
+from lab.zoo import bundle, ship, store, vlm
 from lab.zoo.store import MANIFEST_FILE, METRICS_FILE, SPEC_FILE, entry_keys, flatten_params
 from lab.zoo.train import held_out_pool
 
-SHIPPED = entry_keys(store.SHIPPED_DIR)
+ALL_SHIPPED = entry_keys(store.SHIPPED_DIR)
+SHIPPED = [k for k in ALL_SHIPPED if k.rsplit("-", 1)[0] not in vlm.NAMED]     # language models
+SHIPPED_VLM = [k for k in ALL_SHIPPED if k.rsplit("-", 1)[0] in vlm.NAMED]
 TINY = zoo.get_spec("lm-test")
 CHECK_TOLERANCE = 1  # examples per task (of ship.CHECK_PER_TASK) that float rounding may flip
 
@@ -42,14 +44,14 @@ def test_every_model_of_the_default_preset_ships_within_40_mb():
     shipped = {key.rsplit("-", 1)[0] for key in SHIPPED}
     assert default_models() >= {"lm-xs-long", "lm-xs-docs", "lm-xs-early"}
     assert default_models() <= shipped
-    roots = [(store.SHIPPED_DIR, SHIPPED),
+    roots = [(store.SHIPPED_DIR, ALL_SHIPPED),
              (bundle.SHIPPED_ASSETS, entry_keys(bundle.SHIPPED_ASSETS))]  # methods' bundles
     total = sum(os.path.getsize(os.path.join(root, k, f))
                 for root, keys in roots for k in keys for f in os.listdir(os.path.join(root, k)))
     assert total < 40e6, f"shipped weights take {total / 1e6:.1f} MB"
 
 
-@pytest.mark.parametrize("key", SHIPPED)
+@pytest.mark.parametrize("key", ALL_SHIPPED)
 def test_shipped_files_match_their_manifest_and_their_current_recipe(key):
     path = os.path.join(store.SHIPPED_DIR, key)
     manifest = _json(os.path.join(path, MANIFEST_FILE))
@@ -57,8 +59,8 @@ def test_shipped_files_match_their_manifest_and_their_current_recipe(key):
     for fname, digest in manifest.items():
         assert store._sha256(os.path.join(path, fname)) == digest, f"{key}/{fname}"
     name = key.rsplit("-", 1)[0]
-    assert name in zoo.NAMED, f"{key} ships a model the zoo no longer names"
-    spec = zoo.NAMED[name]
+    assert name in zoo.NAMED or name in vlm.NAMED, f"{key} ships a model the zoo no longer names"
+    spec = zoo.get_spec(name)
     # fails loudly when a recipe changed and its weights were not re-shipped
     assert spec.key == key, (f"{name}'s recipe is now {spec.key}, but {key} ships: "
                              f"retrain and run python -m lab.zoo.ship {name}")
@@ -81,6 +83,46 @@ def test_each_shipped_model_meets_its_recorded_check_accuracy(key):
         assert n == recorded["per_task"]
         assert abs(measured[task]["exact_match"] - em) * n <= CHECK_TOLERANCE, (task, em)
         assert abs(measured[task]["token_accuracy"] - recorded["token_accuracy"][task]) < 0.02
+
+
+@pytest.mark.parametrize("key", SHIPPED_VLM)
+def test_each_shipped_vlm_makes_its_recorded_choices(key):
+    # the same options on the check set (float32 as trained; another host's rounding may
+    # flip a close call, CHECK_TOLERANCE per question type)
+    name = key.rsplit("-", 1)[0]
+    spec = vlm.NAMED[name]
+    model, _ = zoo.load(name, source="shipped")
+    assert zoo.loads()[-1]["source"] == "shipped"
+    recorded = _json(os.path.join(store.SHIPPED_DIR, key, METRICS_FILE))["shipped"]["check"]
+    assert recorded["videos"] == ship.vlm_check(spec)["videos"]
+    got = ship.vlm_choices(model, spec, recorded)
+    videos, _ = vlm.held_out(spec)
+    types = np.asarray(videos.select(recorded["videos"])["question_type"])
+    flips = np.asarray(got["videos"]) != np.asarray(recorded["choices"]["videos"])
+    for t in set(types.tolist()):
+        assert flips[types == t].sum() <= CHECK_TOLERANCE, t
+    assert sum(a != b for a, b in zip(got["images"], recorded["choices"]["images"],
+                                      strict=True)) <= CHECK_TOLERANCE
+
+
+def test_ship_vlm_writes_a_loadable_entry_with_its_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(store, "SHIPPED_DIR", str(tmp_path / "weights"))
+    monkeypatch.delenv(zoo.SOURCE_ENV, raising=False)
+    with pytest.raises(ValueError, match="vlm-test: no cache entry"):
+        ship.ship_vlm("vlm-test")
+    trained, _ = zoo.load("vlm-test", source="cache", progress=False)
+    result = ship.ship_vlm("vlm-test")
+    assert result["status"] == "shipped" and result["dtype"] == "float32"
+    assert ship.ship_vlm("vlm-test")["status"] == "unchanged"
+    model, _ = zoo.load("vlm-test")
+    assert zoo.loads()[-1]["source"] == "shipped"
+    a, b = flatten_params(model), flatten_params(trained)
+    assert all(np.array_equal(a[k], b[k]) for k in a)     # float32, as trained
+    check = zoo.metrics("vlm-test")["shipped"]["check"]
+    assert check["choices"] == ship.vlm_choices(model, vlm.NAMED["vlm-test"], check)
+    with pytest.raises(ValueError, match="VLM zoo model 'vlm-q' is unknown"):
+        ship.ship_vlm("vlm-q")
 
 
 def test_compact_dtype_rule_counts_examples_per_task():
