@@ -859,6 +859,9 @@ def family_regime(names: Sequence[str] = ("vlm-xs", "vlm-s"), *, source: str | N
 
 VIDEO = {"frames": 16, "size": 32, "distractors": (0, 2)}
 IMAGE = {"size": 32, "low_size": 32, "object_size": (7, 9), "distractors": (0, 3)}
+# The perception stage of the named recipes: image_qa's three questions, negation among
+# them (colour-kind binding learned on single images, docs/zoo.md).
+IMAGE_TRAIN = {**IMAGE, "question_types": ("identify", "colour", "negation")}
 
 
 def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3e-3,
@@ -905,11 +908,13 @@ NAMED: dict[str, VLMSpec] = {
               "n_image": 64},
         description="tiny, for tests: the colour of the one object in a 16x16 image"),
     "vlm-xs": VLMSpec(
-        name="vlm-xs", model=vlm_config(64, 2, 2), stages=recipe(1000, (200, 200)),
+        name="vlm-xs", model=vlm_config(64, 2, 2),
+        stages=recipe(3000, (800, 800), colour_weight=1.0, image=IMAGE_TRAIN),
         eval=_eval(200, 256),
         description="ViT and decoder of width 64, 2 + 2 blocks, 16 tokens per 32x32 frame"),
     "vlm-s": VLMSpec(
-        name="vlm-s", model=vlm_config(96, 2, 2), stages=recipe(1000, (200, 200)),
+        name="vlm-s", model=vlm_config(96, 2, 2),
+        stages=recipe(3000, (800, 800), colour_weight=1.0, image=IMAGE_TRAIN),
         eval=_eval(200, 256),
         description="ViT and decoder of width 96, 2 + 2 blocks, 16 tokens per 32x32 frame"),
 }

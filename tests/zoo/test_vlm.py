@@ -314,7 +314,7 @@ def _train_as_a_user_would(names, cache):
 
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
                      if "xla_backend_optimization_level" not in f)
-    env = {**os.environ, "XLA_FLAGS": flags, "LAB_CACHE": str(cache)}
+    env = {**os.environ, "XLA_FLAGS": flags, "LAB_CACHE": str(cache), "LAB_ZOO": "cache"}
     code = "from lab import zoo\n" + "".join(f"zoo.load({n!r}, progress=False)\n"
                                              for n in names)
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
@@ -322,10 +322,12 @@ def _train_as_a_user_would(names, cache):
 
 @pytest.mark.deep
 def test_named_vlms_see_the_frames_and_gain_from_the_evidence():
-    """vlm-xs and vlm-s (trained on first use at XLA's default optimisation level, about
-    10 and 16 CPU-minutes, or cached under LAB_CACHE): the question alone is at chance,
-    the frames lift accuracy over it, and evidence-only input is at least as accurate as
-    all frames (measured: 0.407 / 0.461 and 0.427 / 0.472)."""
+    """vlm-xs and vlm-s retrained from scratch (not the shipped weights) at XLA's default
+    optimisation level, about 38 and 57 CPU-minutes, or cached under LAB_CACHE: the
+    question alone is at chance, the frames lift accuracy well over it, evidence-only
+    input is at least as accurate as all frames, and the image-stage negation questions
+    carry over to the videos (measured all frames / evidence only: 0.703 / 0.750 and
+    0.604 / 0.701; negation 0.905 and 0.865)."""
     import os
 
     names = ("vlm-xs", "vlm-s")
@@ -334,6 +336,7 @@ def test_named_vlms_see_the_frames_and_gain_from_the_evidence():
         zoo.load(name, source="cache")
         h = zoo.metrics(name)["held_out"]
         assert abs(h["no_frames"]["all"] - 0.25) < 0.06, (name, h["no_frames"])
-        assert h["all_frames"]["all"] > h["no_frames"]["all"] + 0.1, (name, h)
+        assert h["all_frames"]["all"] > h["no_frames"]["all"] + 0.25, (name, h)
         assert h["evidence_only"]["all"] >= h["all_frames"]["all"], (name, h)
-        assert h["all_frames"]["ordering"] > 0.6, (name, h["all_frames"])
+        assert h["all_frames"]["ordering"] > 0.75, (name, h["all_frames"])
+        assert h["all_frames"]["negation"] > 0.75, (name, h["all_frames"])
