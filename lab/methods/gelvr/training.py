@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import NamedTuple
 
 import jax
@@ -303,10 +302,3 @@ def train_gepo(model, data: PerceptionData, cfg: GePOConfig, *, seed: int, log=N
             if log:
                 log(row)
     return curve
-
-
-def timed(fn, *args, **kwargs):
-    """``(fn(*args, **kwargs), seconds)``."""
-    t = time.time()
-    out = fn(*args, **kwargs)
-    return out, time.time() - t
