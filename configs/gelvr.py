@@ -26,7 +26,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.source = "auto"             # lab.zoo source: auto | shipped | cache | train
     c.seeds = (0, 1)
     c.task = ml_collections.ConfigDict(dict(
-        size=32, low_factor=2, object_size=(7, 9), distractors=3,
+        size=32, low_factor=2, object_size=(7, 9), distractors=6,
         question_types=("identify", "colour"), n_train=4000, n_eval=400))
     c.num_slots = 4               # latent slots between the image and <answer>
     c.sft = ml_collections.ConfigDict(dict(
