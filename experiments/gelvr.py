@@ -12,8 +12,9 @@ Variants, each fine-tuned from the same zoo VLM on the same rows, per seed:
 * ``gaussian_rl``: the same RL with a Gaussian policy (regulariser kept, so that the row
   isolates the policy family).
 
-Baselines beside them: the zoo model before fine-tuning, the question alone (blank image)
-and the unbound shortcut (the option that is in the image at all, from the rows' objects).
+Baselines beside them: the zoo model before fine-tuning, the question alone (the zoo model
+with a blank image) and the unbound shortcut (the option that is in the image at all,
+from the rows' objects).
 Accuracy is reported at the full and at the low resolution; the claims read their mean
 (fixed before the default run), paired by seed.
 
@@ -220,7 +221,7 @@ def main_table(m: dict) -> list[dict]:
         rows.append({"variant": name, "full res": float(hi.mean()), "sd full": float(hi.std()),
                      "low res": float(lo.mean()), "sd low": float(lo.std()),
                      "mean": float(both.mean()), "sd mean": float(both.std())})
-    for name, v in (("question only (blank image)", m["question_only"]),
+    for name, v in (("question only (zoo model, blank image)", m["question_only"]),
                     ("unbound shortcut (an option in the image)", m["shortcut"]),
                     ("chance", m["chance"])):
         rows.append({"variant": name, "full res": v, "sd full": None, "low res": None,
