@@ -175,7 +175,7 @@ def run(config, workdir: str) -> dict:
     for seed in config.seeds:
         ts = time.time()
         train = T.perception_data(base, t.n_train, seed * 100 + 1, **kw)
-        test = T.perception_data(base, t.n_eval, seed * 100 + 2, **kw)
+        test = T.perception_data(base, t.n_eval, seed * 100 + 2, targets=False, **kw)
         direct0 = T.SFTConfig(mode="direct", num_steps=config.num_slots)
         acc["zoo model"].append({r: float(T.evaluate(base, test, direct0, r).mean())
                                  for r in T.RESOLUTIONS})

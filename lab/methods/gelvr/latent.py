@@ -208,18 +208,18 @@ def sample_rollout(model, x: dict, key: jax.Array, *, grid: tuple, num_steps: in
 def policy_output(model, x: dict, grid: tuple, actions: jax.Array, *, family: str,
                   kappa: float) -> HybridPolicyOutput:
     """The hybrid policy along recorded trajectories, ``S`` latent steps then the answer
-    step, ``[B, S + 1, ...]``: logits over the options at the answer step (zero before),
-    the latent means and concentrations at the latent steps (the answer step's are
-    placeholders the log-probability never reads)."""
+    step, ``[B, S + 1, ...]``: logits over the options at the answer step, the latent
+    means and concentrations at the latent steps, zero elsewhere (:func:`lab.methods.gelvr.
+    hybrid_log_prob` reads each step's own family only)."""
     num_steps = actions.shape[1]
     st = run_steps(model, x, grid, num_steps, replay(family, actions))
     b, k = st.scores.shape
     logits = jnp.concatenate([jnp.zeros((b, num_steps, k), jnp.float32),
                               st.scores[:, None]], 1)
     d = st.means.shape[-1]
-    means = jnp.concatenate([st.means, jnp.ones((b, 1, d), jnp.float32)], 1)
+    means = jnp.concatenate([st.means, jnp.zeros((b, 1, d), jnp.float32)], 1)
     param = jnp.concatenate([jax.vmap(lambda m: latent_param(family, m, kappa), 1, 1)(st.means),
-                             jnp.ones((b, 1), jnp.float32)], 1)
+                             jnp.zeros((b, 1), jnp.float32)], 1)
     return HybridPolicyOutput(logits, means, param)
 
 

@@ -4,8 +4,8 @@ The task is :func:`lab.data.image_qa` ("What colour is the triangle?", "What is 
 object?" among lures) at two resolutions: the full image, and the same image box-filtered
 down by ``low_factor`` and repeated back (:func:`lab.methods.gelvr.latent.low_resolution`:
 the same token grid, less detail). Every variant fine-tunes the same zoo model on the
-same rows, half of each batch at each resolution, with AdamW (clip 1, warm-up then
-cosine); they differ in what stands between the image and ``<answer>``
+same rows, half of each batch at each resolution, with :func:`lab.train.make_optimizer`'s
+AdamW (clip 1, warm-up then cosine); they differ in what stands between the image and ``<answer>``
 (:func:`lab.methods.gelvr.latent.run_steps`):
 
 * ``direct``: nothing (the option cross-entropy alone);
@@ -42,6 +42,7 @@ from lab.data import image_qa, render_images
 from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, kind_name
 from lab.methods.gelvr import latent
 from lab.methods.gelvr.losses import GePOLoss, gram_alignment_loss
+from lab.train.config import TrainConfig, make_optimizer
 from lab.train.rl import grpo_advantages
 from lab.zoo import vlm as zvlm
 
@@ -52,10 +53,10 @@ class PerceptionData(NamedTuple):
     """Rows of the task with everything the variants read.
 
     questions / options: lists; answer ``[N]``; high / low ``uint8 [N, H, W, 3]`` (the
-    image at full and at low resolution, same size); target ``[N, 4, D]`` the geometry
-    target (:func:`lab.methods.gelvr.latent.zoom_features` of the base model); cot ``[N, 2]``
-    the chain's word ids (the target's colour and kind); question_type ``[N]``; objects
-    (each row's objects, the target last).
+    image at full and at low resolution, same size); target ``[N, 4, D]`` (or None) the
+    geometry target (:func:`lab.methods.gelvr.latent.zoom_features` of the base model);
+    cot ``[N, 2]`` the chain's word ids (the target's colour and kind); question_type
+    ``[N]``; objects (each row's objects, the target last).
     """
 
     questions: list
@@ -70,9 +71,11 @@ class PerceptionData(NamedTuple):
 
 
 def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
-                    object_size, distractors, question_types) -> PerceptionData:
+                    object_size, distractors, question_types, targets: bool = True
+                    ) -> PerceptionData:
     """``n`` image_qa rows at ``size`` pixels with their low-resolution copies, geometry
-    targets from ``base`` (a frozen :class:`lab.nn.VLM`) and chains."""
+    targets from ``base`` (a frozen :class:`lab.nn.VLM`; None unless ``targets``, which
+    evaluation does not read) and chains."""
     if size % low_factor:
         raise ValueError(f"low_factor={low_factor} must divide size={size}")
     ds = image_qa(n, seed, size=size, low_size=size // low_factor, object_size=object_size,
@@ -84,7 +87,8 @@ def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
     return PerceptionData(list(ds["question"]), list(ds["options"]),
                           np.asarray(ds["answer_index"], np.int32), high,
                           latent.low_resolution(high, low_factor),
-                          latent.zoom_features(base, high, ds["target_box"]), cot,
+                          latent.zoom_features(base, high, ds["target_box"]) if targets
+                          else None, cot,
                           np.asarray(ds["question_type"]), list(ds["objects"]))
 
 
@@ -127,16 +131,17 @@ class SFTConfig:
 
 
 @functools.lru_cache(maxsize=32)
-def _transform(learning_rate: float, steps: int) -> optax.GradientTransformation:
-    """AdamW with clipping and warm-up + cosine; one object per ``(learning_rate, steps)``,
-    so that every variant's optimizer has the same graph and the train steps compile once."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(1, min(50, steps // 10)),
-                                               max(steps, 1), learning_rate * 0.05)
-    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
+def _transform(config: TrainConfig) -> optax.GradientTransformation:
+    """:func:`lab.train.make_optimizer` of ``config``, one object per config, so that every
+    variant's optimizer has the same graph and the train steps compile once."""
+    return make_optimizer(config)
 
 
 def _optimizer(model, learning_rate: float, steps: int):
-    return nnx.Optimizer(model, _transform(float(learning_rate), int(steps)), wrt=nnx.Param)
+    """AdamW (weight decay 0.01 on matrices), clip 1, warm-up then cosine to 0."""
+    config = TrainConfig(steps=int(steps), learning_rate=float(learning_rate),
+                         warmup_steps=min(50, int(steps) // 10), weight_decay=0.01)
+    return nnx.Optimizer(model, _transform(config), wrt=nnx.Param)
 
 
 def _sft_loss(model, x, answer, target, cot, coefs, *, grid, mode, num_steps):
