@@ -51,8 +51,10 @@ from lab.zoo.store import (
     flatten_params,
     model_from_flat,
     read_entry,
+    read_files,
     shipped_dir,
     write_entry,
+    write_files,
     zoo_dir,
 )
 from lab.zoo.train import build_data, held_out_pool, per_task_indices
@@ -188,8 +190,6 @@ def ship_vlm(name: str, *, cache_dir: str | None = None, force: bool = False) ->
     final = os.path.join(root, key)
     if os.path.isdir(final) and not force:
         return {"name": name, "key": key, "status": "unchanged", "bytes": _bytes(final)}
-    from lab.zoo.store import read_files, write_files
-
     src = os.path.join(cache_dir or zoo_dir(), key)
     try:
         flat, metrics = read_files(src, spec.digest())
