@@ -1,4 +1,5 @@
-"""Test-wide settings: a private zoo cache and a private compilation cache per session.
+"""Test-wide settings: a private zoo cache and a private compilation cache per session,
+and compiled programs freed after each test file.
 
 Both are set before anything imports JAX, so pytest-xdist's workers, notebook kernels and
 the subprocesses tests start inherit them. Many tests compile the same programs (an
@@ -6,8 +7,11 @@ experiment's ``test`` preset from its launcher test, its notebook and the main-j
 JAX's persistent compilation cache compiles each once per session.
 """
 
+import gc
 import os
 import tempfile
+
+import pytest
 
 # Zoo models trained by tests go to a throwaway cache unless the caller chose one.
 os.environ.setdefault("LAB_CACHE", tempfile.mkdtemp(prefix="lab-test-cache-"))
@@ -22,3 +26,17 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_backend_optimization_level=0").strip()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drops JAX's in-memory caches after each test file. Every live XLA CPU executable
+    holds its own memory mappings; a worker that kept every program of the suite would
+    pass Linux's ``vm.max_map_count`` (65,530 by default) and segfault in its next
+    compile. Cleared per file, a worker holds about 2,000 mappings; a program another
+    file needs again comes back from the persistent cache above."""
+    yield
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
