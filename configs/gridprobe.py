@@ -4,9 +4,9 @@ Selection, against monolithic, uniform, encoder-similarity and fixed-M selection
 Run:
   python -m experiments.gridprobe --config=configs/gridprobe.py:default --workdir=/tmp/gridprobe
 
-Two small lab.nn.VLM sizes trained on lab.data.video_qa's lookup questions (cached through
-lab.zoo.bundle), each used as selector and QA model, and the small selector with the large
-QA model; accuracy and GFLOPs per selector, M_eff against the generator's difficulty.
+The VLM zoo's two sizes (vlm-xs, vlm-s: lab.zoo.load), each used as selector and QA
+model, and the small selector with the large QA model, on lab.data.video_qa's lookup
+questions; accuracy and GFLOPs per selector, M_eff against the generator's difficulty.
 """
 
 from __future__ import annotations
@@ -27,20 +27,16 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.m_min = 1
     c.m_max = 0                  # 0 = K^2
     c.data = ml_collections.ConfigDict(dict(
-        frames=16, size=32, distractors=(0, 4), question_types="lookup", n_train=2000,
-        n_eval=160,
+        frames=16, size=32, distractors=(0, 4), question_types="lookup", n_eval=200,
     ))
-    # the two VLM sizes (width, layers of both the ViT and the decoder)
-    c.small = ml_collections.ConfigDict(dict(d_model=32, n_layers=1))
-    c.large = ml_collections.ConfigDict(dict(d_model=64, n_layers=2))
-    c.train = ml_collections.ConfigDict(dict(
-        steps=800, batch=32, learning_rate=3e-3, evidence_prob=0.6, slots="1,1,4,4,16",
-    ))
-    c.source = "auto"            # lab.zoo.bundle source: auto | shipped | cache | train
+    c.small = "vlm-xs"           # zoo names (lab.zoo.list()): the selector and QA models
+    c.large = "vlm-s"
+    c.source = "auto"            # lab.zoo.load source: auto | shipped | cache | train
+    c.chunk = 50                 # rows per forward (one compiled shape per frame bucket)
     if preset == "test":
-        c.data.update(n_train=64, n_eval=16)
-        c.train.update(steps=3, batch=8, slots="4")
-        # Both sizes one tiny shape: the test checks the plumbing, and the second model then
+        c.data.update(n_eval=8)
+        c.chunk = 8
+        # One model in both roles: the test checks the plumbing, and the second role then
         # reuses every program the first compiled.
-        c.large.update(d_model=32, n_layers=1)
+        c.large = "vlm-xs"
     return c

@@ -2,10 +2,9 @@
 lookup questions, M_eff vs the generator's difficulty, and a small selector with a larger
 QA model.
 
-Models: two :class:`lab.nn.VLM` sizes (``config.small``, ``config.large``) trained on
-``lab.data.video_qa`` lookup questions over random frame subsets (a curriculum that
-starts every one-frame example on an evidence frame), cached through
-:func:`lab.zoo.bundle.load`. Pairs (selector, QA): small/small, large/large and
+Models: the VLM zoo's ``config.small`` and ``config.large`` (``vlm-xs``, ``vlm-s``;
+:func:`lab.zoo.load`, shipped with Lab), each wrapped as a
+:class:`lab.methods.gridprobe.ZooReader`. Pairs (selector, QA): small/small, large/large and
 small/large. Selectors (:data:`lab.methods.gridprobe.SELECTORS`): monolithic (all ``N``
 frames), uniform ``M``, encoder-space similarity top ``M`` (mean visual token vs mean
 question embedding), GridProbe's map with a fixed ``M``, and GridProbe with ``M_eff``;
@@ -25,15 +24,10 @@ import numpy as np
 from scipy import stats
 
 from configs.gridprobe import get_config
-from lab import launch, outputs
+from lab import launch, outputs, zoo
 from lab.config import check, require
 from lab.data import oracle_answer, render_videos, video_qa
 from lab.methods import gridprobe as gp
-from lab.methods.gridprobe import models as gm
-from lab.zoo import bundle
-
-# experiments.reproduce leaves this out of the main job (run it with --only) while:
-OUT_OF_MAIN_JOB = "its small VLMs stay at chance (regime fails), docs/gridprobe.md"
 
 PAIRS = (("small", "small"), ("large", "large"), ("small", "large"))
 
@@ -53,7 +47,9 @@ def check_config(config):
         "scale": (lambda v: v >= 0, "a float >= 0"),
         "m_min": (lambda v: v >= 1, "an int >= 1"),
         "m_max": (lambda v: v >= 0, "an int >= 0 (0 = K^2)"),
-        "train.steps": (lambda v: v >= 1, "an int >= 1"),
+        "chunk": (lambda v: v >= 1, "an int >= 1"),
+        "small": (lambda v: v in zoo.vlm.NAMED, f"a zoo VLM name, one of {sorted(zoo.vlm.NAMED)}"),
+        "large": (lambda v: v in zoo.vlm.NAMED, f"a zoo VLM name, one of {sorted(zoo.vlm.NAMED)}"),
     })
     gp.check_grid_size(config.k, config.data.frames)
     require(config.m_max == 0 or config.m_min <= config.m_max <= config.k ** 2, "m_max",
@@ -62,9 +58,7 @@ def check_config(config):
 
 
 def _encode(ds):
-    q = [gm.words(x) for x in ds["question"]]
-    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
-    return q, o, np.array(ds["answer_index"])
+    return list(ds["question"]), [list(o) for o in ds["options"]], np.array(ds["answer_index"])
 
 
 def _dataset(config, n, seed):
@@ -73,67 +67,14 @@ def _dataset(config, n, seed):
                     question_types=d.question_types.split(","))
 
 
-def _sampler(config, videos, q, o, a, evidence):
-    """Training batches: ``slots`` frame slots of which ``1..slots`` hold frames (time
-    order, then blanks); a one-frame example always shows an evidence frame, others do
-    with ``evidence_prob``."""
-    n = videos.shape[1]
-
-    def sample(rng, b, slots):
-        idx = rng.integers(0, len(q), b)
-        masks = np.zeros((b, n), bool)
-        for r, i in enumerate(idx):
-            m = int(rng.integers(1, slots + 1))
-            pick = set()
-            if slots == 1 or rng.random() < config.train.evidence_prob:
-                ev = evidence[i]
-                pick = set(rng.choice(ev, min(len(ev), m), replace=False).tolist())
-            rest = [f for f in range(n) if f not in pick]
-            pick |= set(rng.choice(rest, m - len(pick), replace=False).tolist())
-            masks[r, sorted(pick)] = True
-        return gm.gather_frames(videos[idx], masks, slots), [q[i] for i in idx], o[idx], a[idx]
-    return sample
-
-
-def models(config) -> tuple[dict, dict]:
-    """The two trained VLMs (``{"small", "large"}``) and their bundle records."""
-    recipe_data = dict(config.data.to_dict(), seed=config.seed)
-    out, info, cache = {}, {}, {}
-
-    def data():
-        if not cache:
-            ds = _dataset(config, config.data.n_train, config.seed)
-            grid = gp.grid_frames(config.data.frames, config.k)
-            cache["args"] = (render_videos(ds)[:, grid], *_encode(ds),
-                             [sorted({int(np.searchsorted(grid, f)) for f in ev
-                                      if f in set(grid.tolist())}) or [0]
-                              for ev in ds["evidence_frames"]])
-        return cache["args"]
-
+def models(config) -> dict:
+    """The selector / QA models (``{"small", "large"}``): the zoo VLMs ``config.small`` and
+    ``config.large`` (shipped, cached or trained by :func:`lab.zoo.load`)."""
+    out = {}
     for size in ("small", "large"):
-        spec = config[size]
-        cfg = gm.vlm_config(spec.d_model, spec.n_layers)
-        recipe = {"data": recipe_data, "model": spec.to_dict(), "train": config.train.to_dict(),
-                  "k": config.k, "vocab": gm.VOCAB_SIZE,
-                  "pixels": "[-1, 1]", "vision_init": cfg.vision.init_std}
-
-        def train(cfg=cfg):
-            model, metrics = gm.train(
-                cfg, _sampler(config, *data()), steps=config.train.steps,
-                batch=config.train.batch, learning_rate=config.train.learning_rate,
-                seed=config.seed, slot_choices=[int(s) for s in config.train.slots.split(",")])
-            return {"vlm": model}, metrics
-
-        def template(cfg=cfg):
-            from flax import nnx
-            return {"vlm": gm.VLM(cfg, rngs=nnx.Rngs(0))}
-
-        got = bundle.load("gridprobe-vlm-" + size, recipe, train, template, source=config.source)
-        out[size] = got.modules["vlm"]
-        info[size] = {"key": got.key, "source": got.source,
-                      "train_seconds": got.metrics.get("train_seconds"),
-                      "final": (got.metrics.get("history") or [{}])[-1]}
-    return out, info
+        model, tokenizer = zoo.load(config[size], source=config.source)
+        out[size] = gp.ZooReader(model, tokenizer)
+    return out
 
 
 def _acc(pred, answer) -> tuple[float, float]:
@@ -150,21 +91,20 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
     """Every selector of every pair on ``ds`` (``videos``: the grid's frames)."""
     k, n, size = config.k, config.k ** 2, config.data.size
     q, o, a = _encode(ds)
-    b = len(q)
-    qlen, nopt = gm.QUESTION_LEN, o.shape[1]
+    b, nopt = len(q), len(o[0])
     m_max = config.m_max or None
     grid = gp.grid_frames(config.data.frames, k)
     rows, preds, extra = [], {}, {}
     rng = np.random.default_rng(config.seed + 11)
-    flops_of = {s: {m: gm.forward_flops(vlms[s].config, m, size, qlen, nopt)
-                    for m in range(1, n + 1)} for s in vlms}
+    flops_of = {s: {m: vlms[s].forward_flops(m, size, nopt) for m in range(1, n + 1)}
+                for s in vlms}
     probe_cost = {s: 2 * k * flops_of[s][k] for s in vlms}
     from lab.nn.flops import vlm_config_flops
     vision_cost = {s: vlm_config_flops(vlms[s].config, 1, n, size, size, 0)["vision"]
                    for s in vlms}
-    probes = {s: gp.probe(vlms[s], videos, q, o, k) for s in vlms}
-    emb = {s: (gm.frame_embeddings(vlms[s], videos), gm.question_embeddings(vlms[s], q))
-           for s in vlms}
+    probes = {s: gp.probe(vlms[s], videos, q, o, k, chunk=config.chunk) for s in vlms}
+    emb = {s: (vlms[s].frame_embeddings(videos, chunk=config.chunk),
+               vlms[s].question_embeddings(q)) for s in vlms}
 
     def oracle(mask):
         r = np.random.default_rng(config.seed + 5)
@@ -188,7 +128,7 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
         for name, mask in masks.items():
             if name == "monolithic" and sel != qa:
                 continue                     # the monolithic pass has no selector
-            post = gm.posteriors(vlms[qa], videos, mask, q, o)
+            post = vlms[qa].posteriors(videos, mask, q, o, chunk=config.chunk)
             pred = post.argmax(1)
             acc, se = _acc(pred, a)
             count = mask.sum(1)
@@ -212,7 +152,8 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
     none = np.zeros_like(ev)
     context = {}
     for s in vlms:
-        context[s] = {name: _acc(gm.posteriors(vlms[s], videos, m, q, o).argmax(1), a)
+        context[s] = {name: _acc(vlms[s].posteriors(videos, m, q, o, chunk=config.chunk)
+                                 .argmax(1), a)
                       for name, m in (("evidence", ev), ("random", rand), ("no_frames", none))}
     return {"rows": rows, "preds": preds, "extra": extra, "context": context,
             "probes": probes, "evidence_mask": ev, "answer": a}
@@ -275,7 +216,7 @@ def run(config, workdir: str) -> dict:
     """Trains (or loads) the two VLMs, evaluates every selector, writes the outputs."""
     check_config(config)
     t0 = time.time()
-    vlms, info = models(config)
+    vlms = models(config)
     ds = _dataset(config, config.data.n_eval, config.seed + 1)
     grid = gp.grid_frames(config.data.frames, config.k)
     videos = render_videos(ds)[:, grid]
@@ -299,7 +240,8 @@ def run(config, workdir: str) -> dict:
     by_diff = {int(d): float(m_eff[diff == d].mean()) for d in sorted(set(diff.tolist()))}
     results = {"table": ev["rows"], "paired": paired, "spearman": spearman,
                "m_eff_by_difficulty": by_diff, "context": ev["context"],
-               "chance": 1.0 / int(np.asarray(_encode(ds)[1]).shape[1]), "models": info,
+               "chance": 1.0 / len(ds[0]["options"]),
+               "models": {s: config[s] for s in ("small", "large")},
                "fixed_m": {p_: e["m_fixed"] for p_, e in ev["extra"].items()}}
     results["claims"] = claims_of(results)
     results["regime"] = regime_of(results)

@@ -67,6 +67,10 @@ def test_bad_config():
     c.rule = "median"
     with pytest.raises(ValueError, match="config.rule='median'"):
         exp.check_config(c)
+    c = get_config("test")
+    c.large = "vlm-xl"
+    with pytest.raises(ValueError, match="config.large='vlm-xl'.*a zoo VLM name"):
+        exp.check_config(c)
 
 
 @pytest.mark.slow

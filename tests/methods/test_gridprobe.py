@@ -1,6 +1,6 @@
 """GridProbe: Shape-Adaptive Selection on hand-built maps, the alternative rules, top-M and
 the baselines' masks, grid layout, the FLOPs of each selector against a hand count, bad
-input, and a tiny VLM's probes end to end."""
+input, a tiny VLM's probes end to end, and a zoo VLM as selector / QA model."""
 
 import math
 
@@ -164,3 +164,40 @@ def test_lookup_position_shortcuts_near_chance():
         assert acc < 0.25 + 0.75 * 3 / 16 + 0.06, (frames, acc)
     assert np.mean([oracle_answer(r, r["evidence_frames"], rng) == r["answer_index"]
                     for r in ds]) == 1.0
+
+
+def test_zoo_reader_matches_the_zoo_and_counts_its_prompt():
+    """A zoo VLM as selector / QA model: every frame kept gives lab.zoo.vlm.posteriors of
+    the video; two kept frames run as two slots (a power of two) in time order; a row
+    without frames reads one empty canvas; FLOPs count the zoo prompt's tokens by hand."""
+    from lab import zoo
+    from lab.data import render_videos
+    from lab.zoo import vlm as zv
+
+    model, tok = zoo.load("vlm-xs", source="shipped", progress=False)
+    reader = gp.ZooReader(model, tok)
+    ds = video_qa(2, seed=0, frames=16, size=32, question_types=["lookup"])
+    videos = render_videos(ds)
+    q, o = list(ds["question"]), [list(x) for x in ds["options"]]
+    full = reader.posteriors(videos, np.ones((2, 16), bool), q, o, chunk=2)
+    assert np.allclose(full, zv.posteriors(model, videos, q, o, batch_size=2), atol=1e-5)
+    masks = np.zeros((2, 16), bool)
+    masks[:, [3, 9]] = True
+    two = reader.posteriors(videos, masks, q, o, chunk=2)
+    assert np.allclose(two, zv.posteriors(model, videos[:, [3, 9]], q, o, batch_size=2),
+                       atol=1e-5)
+    blank = np.broadcast_to(zv.BACKGROUND, videos[:, :1].shape).copy()
+    none = reader.posteriors(videos, np.zeros((2, 16), bool), q, o, chunk=2)
+    assert np.allclose(none, zv.posteriors(model, blank, q, o, batch_size=2), atol=1e-5)
+    out = gp.probe(reader, videos, q, o, 4, chunk=2)
+    assert out["map"].shape == (2, 16) and np.all(out["row"] >= 0.25 - 1e-6)
+    cfg = model.config
+    dims = vision_dims(cfg.vision, 32, 32)
+    per = dims.tokens_out
+    for m in (1, 4, 16):      # <bos>, 16 question slots, markers, <answer>, 4 options x 5
+        text = 1 + 16 + m * (per + 2) + 1 + 4 * 5
+        assert reader.forward_flops(m, 32, 4) == (vit_flops(dims, m)["total"] + transformer_flops(
+            cfg.text, 1, text)["total"])
+    emb = reader.frame_embeddings(videos[:1], chunk=16)
+    assert emb.shape == (1, 16, cfg.text.d_model)
+    assert reader.question_embeddings(q).shape == (2, cfg.text.d_model)

@@ -1,9 +1,12 @@
 """GridProbe: answer-space frame selection for long-video QA with a K x K grid of probes
-and Shape-Adaptive Selection of the number of frames kept (:mod:`.selection`), on small
+and Shape-Adaptive Selection of the number of frames kept (:mod:`.selection`), on the VLM
+zoo's models (:class:`ZooReader`, :mod:`.zoo_reader`) or small trainable
 :class:`lab.nn.VLM` selectors and QA models (:mod:`.models`), with the baselines
 (monolithic, uniform, encoder-space similarity, fixed M) in :func:`select`."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -22,18 +25,20 @@ from lab.methods.gridprobe.selection import (
     top_m_mask,
     uniform_mask,
 )
+from lab.methods.gridprobe.zoo_reader import ZooReader
 
 SELECTORS = ("monolithic", "uniform", "similarity", "gridprobe_fixed", "gridprobe")
 
 __all__ = ["RULES", "SELECTORS", "check_grid_size", "confidences", "cosine_scores",
            "forward_flops", "grid_frames", "importance_map", "models", "posteriors",
            "probe", "probe_slots", "select", "select_m", "shape_adaptive_m", "top_m_mask",
-           "uniform_mask"]
+           "uniform_mask", "ZooReader"]
 
 
 def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: int = 64) -> dict:
     """Runs the ``2K`` grid probes of every question: ``videos [B, K^2, H, W, 3]`` (the
-    grid's frames in time order). Returns ``{"row", "col"}`` confidences ``[B, K]``,
+    grid's frames in time order); ``selector`` a :class:`ZooReader` (string questions and
+    options) or a :mod:`.models` VLM (token ids). Returns ``{"row", "col"}`` confidences ``[B, K]``,
     ``"map"`` ``[B, K^2]`` and the probes' ``"posteriors"`` ``[B, 2K, n_options]``."""
     b, n = videos.shape[:2]
     if n != k * k:
@@ -43,7 +48,9 @@ def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: in
     masks = np.ones((b * 2 * k, k), bool)
     q = [questions[i] for i in range(b) for _ in range(2 * k)]
     opts = np.repeat(np.asarray(options), 2 * k, axis=0)
-    post = posteriors(selector, frames, masks, q, opts, chunk=chunk).reshape(b, 2 * k, -1)
+    run = (selector.posteriors if isinstance(selector, ZooReader)
+           else functools.partial(posteriors, selector))
+    post = run(frames, masks, q, opts, chunk=chunk).reshape(b, 2 * k, -1)
     conf = np.asarray(confidences(post))
     row, col = conf[:, :k], conf[:, k:]
     return {"row": row, "col": col, "map": np.asarray(importance_map(row, col)),
