@@ -74,10 +74,11 @@ def _all_candidates(seed: int) -> tuple[int, int, int, int]:
 
 def exactness_all(n: int, workers: int, seed: int = 7) -> dict:
     """The solver on every candidate quantity (up to 12 per type) of ``n`` constructions."""
+    import multiprocessing  # noqa: PLC0415
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
     seeds = [seed * 1_000_003 + i for i in range(n)]
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         res = list(pool.map(_all_candidates, seeds, chunksize=4))
     ok, bad, slow, skipped = (sum(r[i] for r in res) for i in range(4))
     return {"constructions": n, "exact": ok, "inexact": bad, "timeouts": slow,

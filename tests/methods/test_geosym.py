@@ -7,7 +7,9 @@ import math
 import random
 import re
 import time
+import warnings
 
+import jax
 import numpy as np
 import pytest
 import sympy as sp
@@ -89,7 +91,11 @@ def test_reproducible_and_pool_matches_serial():
     b, _ = geosym.make_problem(123)
     assert a == b and a["image"][:8] == b"\x89PNG\r\n\x1a\n"
     serial, _ = geosym.generate(6, seed=2, config=NO_RENDER)
-    pooled, _ = geosym.generate(6, seed=2, config=NO_RENDER, workers=2)
+    jax.numpy.zeros(2).block_until_ready()     # JAX's threads run, as in any Lab process
+    with warnings.catch_warnings(record=True) as caught:   # the pool must not fork them
+        warnings.simplefilter("always")
+        pooled, _ = geosym.generate(6, seed=2, config=NO_RENDER, workers=2)
+    assert not [w for w in caught if "fork" in str(w.message)], caught
     assert [r["answer"] for r in serial] == [r["answer"] for r in pooled]
 
 

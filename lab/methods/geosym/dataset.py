@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import random
 from collections import Counter
@@ -141,7 +142,8 @@ def _work(args):
 
 def generate(n: int, seed: int = 0, config: GenConfig = GenConfig(), *, workers: int = 1,
              chunksize: int = 4) -> tuple[list[dict], GenStats]:
-    """``n`` problems from seeds ``seed * 1_000_003 + i`` (a process pool if ``workers > 1``).
+    """``n`` problems from seeds ``seed * 1_000_003 + i`` (a process pool if ``workers > 1``,
+    its workers spawned: forking a process that runs JAX's threads can deadlock the child).
 
     Seeds that yield no question are skipped and the next seeds used, so exactly
     ``n`` records come back (in seed order; the same for any ``workers``).
@@ -154,7 +156,8 @@ def generate(n: int, seed: int = 0, config: GenConfig = GenConfig(), *, workers:
     records: list[dict] = []
     total = GenStats()
     next_seed = 0
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            if workers > 1 else None)
     try:
         while len(records) < n:
             want = n - len(records)
