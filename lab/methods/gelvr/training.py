@@ -216,10 +216,17 @@ def evaluate(model, data: PerceptionData, cfg: SFTConfig, resolution: str, *,
     return np.concatenate(right)
 
 
+def blank_images(data: PerceptionData) -> PerceptionData:
+    """``data`` with every image, at both resolutions, the empty canvas: the question alone
+    (fine-tuning on it gives the question-only baseline)."""
+    blank = np.broadcast_to(BACKGROUND, data.high.shape).astype(np.uint8)
+    return data._replace(high=blank, low=blank)
+
+
 def question_only(model, data: PerceptionData, *, batch_size: int = 64) -> np.ndarray:
     """Per-row correctness of ``model`` with a blank image (the question alone)."""
-    blank = data._replace(high=np.broadcast_to(BACKGROUND, data.high.shape).astype(np.uint8))
-    return evaluate(model, blank, SFTConfig(mode="direct"), "high", batch_size=batch_size)
+    return evaluate(model, blank_images(data), SFTConfig(mode="direct"), "high",
+                    batch_size=batch_size)
 
 
 @dataclasses.dataclass(frozen=True)
