@@ -100,10 +100,12 @@ def bucket(m: int, n: int) -> int:
     return int(min(n, 1 << int(np.ceil(np.log2(max(int(m), 1))))))
 
 
-def gather_frames(videos: np.ndarray, masks: np.ndarray, slots: int) -> np.ndarray:
+def gather_frames(videos: np.ndarray, masks: np.ndarray, slots: int, fill=0) -> np.ndarray:
     """``videos [B, N, H, W, 3]``, ``masks [B, N]`` -> ``[B, slots, ...]``: each row's
-    selected frames in time order, then blank frames."""
-    out = np.zeros((videos.shape[0], slots, *videos.shape[2:]), videos.dtype)
+    selected frames in time order, then blank frames of ``fill`` (a value or an RGB colour:
+    black for these models, the zoo's empty canvas for :class:`.zoo_reader.ZooReader`)."""
+    out = np.empty((videos.shape[0], slots, *videos.shape[2:]), videos.dtype)
+    out[:] = fill
     for i in range(videos.shape[0]):
         idx = np.flatnonzero(masks[i])[:slots]
         out[i, :len(idx)] = videos[i, idx]
@@ -138,8 +140,11 @@ def _posterior_rows(model, frames, questions, options):
     return np.asarray(jax.nn.softmax(sel, axis=-1))
 
 
-def frame_embeddings(model: VLM, videos: np.ndarray, *, chunk: int = 64) -> np.ndarray:
-    """Mean merged visual token of each frame, ``[B, N, D]`` (the decoder-input space)."""
+def frame_embeddings(model: VLM, videos: np.ndarray, *, chunk: int = 64,
+                     to_patches=patchify) -> np.ndarray:
+    """Mean merged visual token of each frame, ``[B, N, D]`` (the decoder-input space);
+    ``to_patches(frames, config)`` is the model's pixel layout and normalisation (this
+    module's :func:`patchify`, or :func:`lab.zoo.vlm.patchify` for a zoo model)."""
     b, n = videos.shape[:2]
     per = tokens_per_frame(model.config, videos.shape[2])
     g = videos.shape[2] // model.config.vision.patch_size
@@ -149,7 +154,7 @@ def frame_embeddings(model: VLM, videos: np.ndarray, *, chunk: int = 64) -> np.n
     for lo in range(0, b * n, chunk):
         part = flat[lo:lo + chunk]
         pad = np.concatenate([part, np.zeros((chunk - len(part), *part.shape[1:]), part.dtype)])
-        feats = _visual_jit(graphdef, state, jnp.asarray(patchify(pad, model.config)),
+        feats = _visual_jit(graphdef, state, jnp.asarray(to_patches(pad, model.config)),
                             grid=((chunk, g, g),))
         out.append(np.asarray(feats).reshape(chunk, per, -1).mean(1)[:len(part)])
     return np.concatenate(out).reshape(b, n, -1)

@@ -15,27 +15,14 @@ counted for the ``m`` frames a method keeps (:func:`ZooReader.forward_flops`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import numpy as np
-from flax import nnx
 
-from lab.methods.gridprobe.models import bucket
+from lab.methods.gridprobe import models
 from lab.nn import VLM
 from lab.nn.flops import vlm_config_flops
 from lab.zoo import vlm as zv
-
-
-def gather_frames(videos: np.ndarray, masks: np.ndarray, slots: int) -> np.ndarray:
-    """``videos [B, N, H, W, 3]``, ``masks [B, N]`` -> ``[B, slots, H, W, 3]``: each row's
-    selected frames in time order, then empty canvases (:data:`lab.zoo.vlm.BACKGROUND`)."""
-    out = np.empty((videos.shape[0], slots, *videos.shape[2:]), np.uint8)
-    out[:] = zv.BACKGROUND
-    for i in range(videos.shape[0]):
-        idx = np.flatnonzero(masks[i])[:slots]
-        out[i, :len(idx)] = videos[i, idx]
-    return out
 
 
 @dataclasses.dataclass
@@ -55,36 +42,24 @@ class ZooReader:
     def posteriors(self, videos: np.ndarray, masks: np.ndarray, questions, options, *,
                    chunk: int = 64) -> np.ndarray:
         """Posterior ``[B, n_options]`` of each question from its ``masks[b]`` frames of
-        ``videos uint8 [B, N, H, W, 3]`` (grouped by :func:`bucket` of the frame count;
+        ``videos uint8 [B, N, H, W, 3]`` (grouped by :func:`.models.bucket` of the frame count;
         a row with no frame gets one empty canvas)."""
         masks = np.asarray(masks, bool)
         n = masks.shape[1]
         out = np.zeros((len(questions), len(options[0])), np.float32)
         counts = masks.sum(1)
-        buckets = np.array([bucket(c, n) for c in counts])
+        buckets = np.array([models.bucket(c, n) for c in counts])
         for s in sorted(set(buckets.tolist())):
             rows = np.flatnonzero(buckets == s)
             out[rows] = zv.posteriors(
-                self.model, gather_frames(videos[rows], masks[rows], s),
+                self.model, models.gather_frames(videos[rows], masks[rows], s, zv.BACKGROUND),
                 [questions[i] for i in rows], [options[i] for i in rows],
                 batch_size=chunk, tokenizer=self.tokenizer)
         return out
 
     def frame_embeddings(self, videos: np.ndarray, *, chunk: int = 64) -> np.ndarray:
         """Mean merged visual token of each frame, ``[B, N, D]`` (the decoder-input space)."""
-        b, n, size = videos.shape[:3]
-        per = zv.tokens_per_frame(self.config, size)
-        g = size // self.config.vision.patch_size
-        graphdef, state = nnx.split(self.model.visual)
-        flat = videos.reshape(b * n, *videos.shape[2:])
-        out = []
-        for lo in range(0, b * n, chunk):
-            part = flat[lo:lo + chunk]
-            pad = np.concatenate([part, np.repeat(part[:1], chunk - len(part), axis=0)])
-            feats = _visual_jit(graphdef, state, zv.patchify(pad, self.config),
-                                grid=((chunk, g, g),))
-            out.append(np.asarray(feats).reshape(chunk, per, -1).mean(1)[:len(part)])
-        return np.concatenate(out).reshape(b, n, -1)
+        return models.frame_embeddings(self.model, videos, chunk=chunk, to_patches=zv.patchify)
 
     def question_embeddings(self, questions) -> np.ndarray:
         """Mean input embedding of each question's words, ``[B, D]``."""
@@ -101,7 +76,3 @@ class ZooReader:
         text = 2 + self.question_len + 2 * frames + n_options * self.option_len
         return int(vlm_config_flops(self.config, 1, frames, size, size, text)["total"])
 
-
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("grid",))
-def _visual_jit(graphdef, state, pixels, *, grid):
-    return nnx.merge(graphdef, state)(pixels, np.array(grid, np.int64))[0]
