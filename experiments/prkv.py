@@ -411,7 +411,7 @@ def memory_costs(model, tok, x, names, ratios, config) -> dict:
         stats = policies.Stats(lengths=jax.ShapeDtypeStruct((b,), jnp.int32),
                                **stat_shapes(cfg, pol.needs, b, t, e.window))
         fn = jax.jit(functools.partial(pol.fn, **kwargs))
-        return int(fn.lower(cache, stats, budget).compile().memory_analysis().temp_size_in_bytes)
+        return infer.memory_analysis(fn.lower(cache, stats, budget))["temp"]
 
     out = {"context": t, "batch": b, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
            "head_dim": cfg.head_dim, "weights": weights, "prompt_cache": prompt_cache,

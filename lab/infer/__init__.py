@@ -17,6 +17,7 @@ from lab.infer.engine import (
                               continue_generation,
                               generate,
                               generate_memory,
+                              memory_analysis,
                               prefill,
                               score,
 )
@@ -27,4 +28,4 @@ from lab.nn.cache import KVCache
 
 __all__ = ["GenerateOptions", "Generation", "KVCache", "Policy", "Stats", "as_batch",
            "complete", "continue_generation", "encode_prompts", "generate", "generate_memory",
-           "policies", "prefill", "score"]
+           "memory_analysis", "policies", "prefill", "score"]

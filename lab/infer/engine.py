@@ -43,7 +43,8 @@ from lab.nn import VLM, Embedded, KVCache, Transformer, check_tokens
 from lab.nn.cache import check_cache
 
 __all__ = ["GENERATE_CAPTURES", "Generation", "GenerateOptions", "as_batch",
-           "continue_generation", "generate", "generate_memory", "prefill", "score"]
+           "continue_generation", "generate", "generate_memory", "memory_analysis", "prefill",
+           "score"]
 
 
 class Generation(NamedTuple):
@@ -566,17 +567,38 @@ def continue_generation(model: Transformer, cache: KVCache, tokens, *,
                          opts=opts.static(), eviction=plan.eviction, return_cache=return_cache)
 
 
+# XLA's buffer assignment (what ``memory_analysis`` reports) is fixed by its HLO passes;
+# the CPU backend's optimisation level only changes how LLVM optimises the emitted
+# code. Compiled for the analysis alone at level 0, a generate program reports the same
+# bytes in less than half the compile time on CPU (tests/infer/test_policies.py checks
+# that the bytes agree).
+_ANALYSIS_OPTIONS = {"cpu": {"xla_backend_optimization_level": 0}}
+
+
+def memory_analysis(lowered: jax.stages.Lowered) -> dict:
+    """XLA's memory analysis of a lowered program, compiled for the analysis only (the
+    executable is not kept; on CPU without LLVM's optimisations, see above).
+
+    Returns bytes: ``arguments``, ``outputs``, ``temp`` (XLA's temporary allocation:
+    every intermediate buffer, with buffers whose live ranges do not overlap sharing
+    space) and ``total`` = their sum, the device memory the program needs.
+    """
+    options = _ANALYSIS_OPTIONS.get(jax.default_backend())
+    stats = lowered.compile(options).memory_analysis()
+    out = {"arguments": int(stats.argument_size_in_bytes),
+           "outputs": int(stats.output_size_in_bytes),
+           "temp": int(stats.temp_size_in_bytes)}
+    return {**out, "total": sum(out.values())}
+
+
 def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, **kwargs) -> dict:
     """XLA's memory analysis of the compiled greedy :func:`generate` program (not run).
 
-    Takes :func:`generate`'s arguments. Returns bytes: ``arguments`` (weights and
-    prompts), ``outputs``, ``temp`` (XLA's temporary allocation: every intermediate
-    buffer, the KV caches and the policy's statistics included, with buffers whose
-    live ranges do not overlap sharing space) and ``total`` = their sum, the device
-    memory the program needs. The prompt forward's full cache and activations count
-    too, since eviction happens after the prefill, as in kvpress. These come from the
-    compiler's buffer assignment, so they are exact for the compiled program on
-    this backend and cost a compile, not a run.
+    Takes :func:`generate`'s arguments. Returns :func:`memory_analysis`'s bytes, the KV
+    caches and the policy's statistics in ``temp``. The prompt forward's full cache and
+    activations count too, since eviction happens after the prefill, as in kvpress.
+    These come from the compiler's buffer assignment, so they are exact for the compiled
+    program on this backend and cost a compile, not a run.
     """
     # generate's own defaults, so the analysed program is the one generate would run.
     bound = inspect.signature(generate).bind(model, tokens, max_new_tokens=max_new_tokens,
@@ -585,12 +607,7 @@ def generate_memory(model: Transformer, tokens, *, max_new_tokens: int, **kwargs
     a = dict(bound.arguments)
     args, static = _generate_call(a.pop("model"), a.pop("tokens"), a.pop("max_new_tokens"),
                                   a.pop("options"), a.pop("kwargs"), **a)
-    stats = _generate_jit.lower(*args, **static).compile().memory_analysis()
-    return {"arguments": int(stats.argument_size_in_bytes),
-            "outputs": int(stats.output_size_in_bytes),
-            "temp": int(stats.temp_size_in_bytes),
-            "total": int(stats.argument_size_in_bytes + stats.output_size_in_bytes
-                         + stats.temp_size_in_bytes)}
+    return memory_analysis(_generate_jit.lower(*args, **static))
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -152,3 +152,20 @@ def test_generate_memory_falls_with_the_ratio_and_counts_the_cache(model):
     assert weights <= mem[0.0]["arguments"] < weights + 1024  # weights + prompts + budget
     for m in mem.values():
         assert m["total"] == m["arguments"] + m["outputs"] + m["temp"]
+
+
+@pytest.mark.parametrize("policy", ["full", "snapkv", "streaming_llm"])
+def test_memory_analysis_reports_the_bytes_of_the_default_compile(model, policy):
+    """memory_analysis compiles without LLVM's optimisations on CPU; XLA's buffer
+    assignment, and so every byte count, is that of the program generate runs."""
+    x, lengths = prompt_batch([40, 24])
+    kw = dict(policy=policy, ratio=0.5 if policy != "full" else 0.0, max_new_tokens=4)
+    graphdef = nnx.graphdef(model)
+    lowered = jax.jit(lambda st: infer.generate(nnx.merge(graphdef, st), x, lengths=lengths,
+                                                **kw).tokens).lower(nnx.state(model))
+    default = lowered.compile().memory_analysis()
+    got = infer.memory_analysis(lowered)
+    assert (got["arguments"], got["outputs"], got["temp"]) == (
+        default.argument_size_in_bytes, default.output_size_in_bytes,
+        default.temp_size_in_bytes)
+    assert got["temp"] > 0
