@@ -1,18 +1,21 @@
-"""CARD experiment: student accuracy in-domain and out of distribution (more steps, more
-digits) against the number of distillation samples, for raw, filtered-correct and
-rewritten teacher trajectories, over seeds (lab.methods.card).
+"""CARD experiment: student accuracy in-domain and on longer problems against the number
+of distillation samples, for raw, filtered-correct and rewritten teacher trajectories,
+over seeds (lab.methods.card).
 
-Pipeline: teacher trajectories (the zoo's larger reasoning model at temperature 1 and a
-scripted verbose solver, never resampled); a rewriter (copy-SFT start, then GRPO with the
-coherence and the student-alignment rewards, KL to the copy model); the student distilled
-by token-weighted SFT on each source. Beside it: the student before distillation and the
-shortcut answers (majority, first operand, last operand).
+Pipeline: teacher trajectories (the zoo's larger reasoning model sampled at
+``teacher_temperature`` and a scripted verbose solver, never resampled); a rewriter
+(copy-SFT start, a :mod:`lab.zoo.bundle` entry shipped, cached or trained now; then GRPO
+with the coherence and the student-alignment rewards, KL to the copy model); the student
+distilled by token-weighted SFT on each source. Beside it: the student before
+distillation, the student distilled on the problems' correct chains (``gold``, an ideal
+rewriter's output) and the shortcut answers (majority, first operand, last operand).
 
   python -m experiments.card --config=configs/card.py:default --workdir=/tmp/card
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -24,25 +27,28 @@ from lab.config import check
 from lab.methods import card
 from lab.nn import Transformer
 
-# experiments.reproduce leaves this out of the main job (run it with --only) while:
-OUT_OF_MAIN_JOB = ("its regime fails (the copy start reproduces 0.18 of the trajectories; the "
-                   "student is at 0 on 3-digit problems), docs/card.md")
-
 SOURCES = ("raw", "filtered", "rewritten")
-SETS = ("in_domain", "ood_steps", "ood_digits")
+GOLD = "gold"              # reference source: the problems' correct chains (an ideal rewriter)
+SETS = ("in_domain", "longer")
 
 # Rules of the claims and the regime (fixed before the default run).
 SE_MULT = 2.0              # the rewriter's reward gains count beyond this many paired SEs
 ROOM = (0.05, 0.9)         # regime: the student before distillation on every set
 INCOHERENT_MIN = 0.05      # regime: raw trajectories' share of wrong/misleading steps
 TEACHER_RANGE = (0.3, 0.97)  # regime: teacher accuracy on the pool (something to filter)
+TEACHER_MARGIN = 0.1       # regime: ... and this much above the student's in-domain accuracy
+GOLD_DROP_MAX = 0.1        # regime: distilled on gold chains, the student loses at most this
+RL_MOVED_MIN = 0.1         # regime: RL changes at least this share of the pool's rewrites
 COPY_MIN = 0.5             # regime: the copy-SFT start reproduces the trajectory it reads
 SHORTCUT_MAX = 0.06        # regime: every shortcut's accuracy on every set
 
 
 def _checks():
     pos = (lambda v: v >= 1, "an int >= 1")
-    return {"pool": pos, "n_eval": pos, "n_rewriter_eval": pos, "max_new": pos,
+    prob = (lambda v: 0 <= v <= 1, "a probability in [0, 1]")
+    return {"teacher_temperature": (lambda v: v > 0, "> 0"), "verbose.p_fail": prob,
+            "verbose.p_detour": prob, "verbose.p_uncorrected": prob, "pool": pos,
+            "n_eval": pos, "n_rewriter_eval": pos, "max_new": pos,
             "student_new": pos, "copy.steps": pos, "copy.batch": pos, "rl.steps": pos,
             "rl.prompts_per_step": pos, "rl.group_size": (lambda v: v >= 2, "an int >= 2"),
             "distill.steps": pos, "distill.batch": pos}
@@ -92,11 +98,13 @@ def claim_rules(m: dict) -> list[dict]:
 
 
 def regime_rules(m: dict) -> list[dict]:
-    """Regime checks on ``m``: ``base`` (set -> accuracy), ``incoherent_raw``,
-    ``teacher_accuracy``, ``copy_rate``, ``shortcuts`` (name -> set -> accuracy)."""
+    """Regime checks on ``m``: ``base`` (set -> accuracy), ``students["gold"]`` (one size),
+    ``incoherent_raw``, ``teacher_accuracy``, ``copy_rate``, ``rl_changed``, ``shortcuts``
+    (name -> set -> accuracy)."""
     lo, hi = ROOM
     base = m["base"]
     worst = max(v for sc in m["shortcuts"].values() for v in sc.values())
+    gold = float(np.mean(next(iter(m["students"][GOLD].values()))["in_domain"]))
     return [
         outputs.regime(f"the student before distillation is within [{lo}, {hi}] on every "
                        "set", base, all(lo <= base[s] <= hi for s in SETS)),
@@ -105,8 +113,19 @@ def regime_rules(m: dict) -> list[dict]:
         outputs.regime(f"teacher accuracy on the pool within {list(TEACHER_RANGE)}",
                        m["teacher_accuracy"],
                        TEACHER_RANGE[0] <= m["teacher_accuracy"] <= TEACHER_RANGE[1]),
+        outputs.regime(f"the teacher has something to teach: its accuracy on the pool is >= "
+                       f"{TEACHER_MARGIN} above the student's in-domain accuracy",
+                       {"teacher": m["teacher_accuracy"], "student": base["in_domain"]},
+                       m["teacher_accuracy"] - base["in_domain"] >= TEACHER_MARGIN),
+        outputs.regime(f"the distillation recipe does not by itself damage the student: "
+                       f"distilled on gold chains it loses <= {GOLD_DROP_MAX} in-domain",
+                       {"gold": gold, "student": base["in_domain"]},
+                       gold >= base["in_domain"] - GOLD_DROP_MAX),
         outputs.regime(f"the copy-SFT start reproduces >= {COPY_MIN} of trajectories "
                        "(no rewriting)", m["copy_rate"], m["copy_rate"] >= COPY_MIN),
+        outputs.regime(f"rewriter RL moved the policy: >= {RL_MOVED_MIN} of the pool's greedy "
+                       "rewrites differ from the copy start's", m["rl_changed"],
+                       m["rl_changed"] >= RL_MOVED_MIN),
         outputs.regime(f"every shortcut <= {SHORTCUT_MAX} on every set", worst,
                        worst <= SHORTCUT_MAX),
     ]
@@ -115,6 +134,39 @@ def regime_rules(m: dict) -> list[dict]:
 def _paired_se(a, b) -> float:
     d = np.asarray(a, float) - np.asarray(b, float)
     return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
+
+
+def copy_recipe(config) -> dict:
+    """What determines the copy-SFT rewriter start: the rewriter and teacher zoo models, the
+    pool's trajectories and the copy stage (the key of its :mod:`lab.zoo.bundle` entry)."""
+    return {"rewriter": zoo.get_spec(config.rewriter).key,
+            "teacher": zoo.get_spec(config.teacher).key, "seed": config.seed,
+            "pool": config.pool, "in_domain": config.in_domain.to_dict(),
+            "teacher_temperature": config.teacher_temperature,
+            "verbose": config.verbose.to_dict(), "max_new": config.max_new,
+            "rewriter_len": config.rewriter_len, "copy": config.copy.to_dict(), "format": 1}
+
+
+def copy_start(config, base_rw, tok, pool, *, source=None):
+    """The rewriter before RL: ``base_rw`` widened to ``rewriter_len`` and copy-SFT on the
+    pool's trajectories; ``(model, bundle source, bundle key)``, shipped, cached or
+    trained now (``source`` as :func:`lab.zoo.bundle.load`'s)."""
+    from lab.zoo import bundle
+    from lab.zoo.store import abstract_model
+
+    cc = config.copy
+
+    def train():
+        rw = card.widened(base_rw, config.rewriter_len)
+        rw, _ = card.copy_sft(rw, tok, pool, steps=cc.steps, batch_size=cc.batch,
+                              learning_rate=cc.learning_rate, seq_len=config.rewriter_len,
+                              seed=config.seed)
+        return {"rewriter": rw}, {"copy_steps": cc.steps}
+
+    cfg = dataclasses.replace(base_rw.config, max_len=config.rewriter_len)
+    b = bundle.load("card-rewriter-copy", copy_recipe(config), train,
+                    lambda: {"rewriter": abstract_model(cfg)}, source=source)
+    return b.modules["rewriter"], b.source, b.key
 
 
 def run(config, workdir: str) -> dict:
@@ -127,11 +179,13 @@ def run(config, workdir: str) -> dict:
     base_rw, _ = zoo.load(config.rewriter)
     seq = student.config.max_len
     sd = config.seed
+    tw = dict(max_new_tokens=config.max_new, temperature=config.teacher_temperature,
+              **config.verbose.to_dict())
     pool = card.teacher_rows(card.problems(config.pool, sd, **config.in_domain.to_dict()),
-                             teacher, tok, seed=sd, max_new_tokens=config.max_new)
+                             teacher, tok, seed=sd, **tw)
     held = card.teacher_rows(card.problems(config.n_rewriter_eval, sd + 1,
                                            **config.in_domain.to_dict()),
-                             teacher, tok, seed=sd + 1, max_new_tokens=config.max_new)
+                             teacher, tok, seed=sd + 1, **tw)
     evals = {s: card.problems(config.n_eval, sd + 2 + i, **config[s].to_dict())
              for i, s in enumerate(SETS)}
     base = {s: card.accuracy(student, tok, evals[s], max_new_tokens=config.student_new)
@@ -141,11 +195,9 @@ def run(config, workdir: str) -> dict:
     timing = {"data_s": time.time() - t0}
 
     align = card.register_alignment(student, tok, seq)
-    rw = card.widened(base_rw, config.rewriter_len)
-    cc = config.copy
-    rw, _ = card.copy_sft(rw, tok, pool, steps=cc.steps, batch_size=cc.batch,
-                          learning_rate=cc.learning_rate, seq_len=config.rewriter_len,
-                          seed=sd)
+    rw, copy_source, copy_key = copy_start(config, base_rw, tok, pool)
+    timing["copy_start_s"] = time.time() - t0 - timing["data_s"]
+    init_pool = card.rewrite(rw, tok, pool, max_new_tokens=config.max_new)
     init_texts = card.rewrite(rw, tok, held, max_new_tokens=config.max_new)
     copy_rate = float(np.mean([t == r["teacher"] for t, r in zip(init_texts, held,
                                                                  strict=True)]))
@@ -169,16 +221,18 @@ def run(config, workdir: str) -> dict:
                                                f"reward/{align}", "kl") if k in h}
                             for h in hist]}
     rewrites = card.rewrite(rw, tok, pool, max_new_tokens=config.max_new)
-    timing["rewriter_s"] = time.time() - t0 - timing["data_s"]
+    timing["rewriter_s"] = time.time() - t0 - timing["data_s"] - timing["copy_start_s"]
 
     correct = [r for r in pool if r["teacher_correct"]]
     sources = {"raw": [(r["problem"], r["teacher"]) for r in pool],
                "filtered": [(r["problem"], r["teacher"]) for r in correct],
-               "rewritten": [(r["problem"], t) for r, t in zip(pool, rewrites, strict=True)]}
-    students, used = {s: {} for s in SOURCES}, {s: {} for s in SOURCES}
+               "rewritten": [(r["problem"], t) for r, t in zip(pool, rewrites, strict=True)],
+               GOLD: [(r["problem"], r["reference"]) for r in pool]}
+    students, used = {s: {} for s in sources}, {s: {} for s in sources}
     dc = config.distill
+    top = max(config.sizes)
     for n in config.sizes:
-        for src in SOURCES:
+        for src in SOURCES + ((GOLD,) if n == top else ()):
             pairs = [p for p in sources[src][:n] if len(tok.encode(p[0], add_bos=True))
                      + len(tok.encode(p[1])) + 1 <= seq + 1]
             used[src][str(n)] = len(pairs)
@@ -191,10 +245,14 @@ def run(config, workdir: str) -> dict:
                     accs[s].append(card.accuracy(m, tok, evals[s],
                                                  max_new_tokens=config.student_new))
             students[src][str(n)] = accs
-    timing["students_s"] = time.time() - t0 - timing["data_s"] - timing["rewriter_s"]
+    timing["students_s"] = (time.time() - t0 - timing["data_s"] - timing["copy_start_s"]
+                            - timing["rewriter_s"])
     measured = {
         "base": base, "shortcuts": shortcuts, "students": students, "samples_used": used,
         "rewriter": rewriter, "copy_rate": copy_rate,
+        "copy_start": {"source": copy_source, "key": copy_key},
+        "rl_changed": float(np.mean([a != b for a, b in zip(init_pool, rewrites,
+                                                             strict=True)])),
         "teacher_accuracy": float(np.mean([r["teacher_correct"] for r in pool])),
         "teacher_accuracy_by_source": {
             s: float(np.mean([r["teacher_correct"] for r in pool if r["source"] == s]))
@@ -221,7 +279,7 @@ def main_table(r) -> list[dict]:
     """One row per source and sample count: accuracy per set, mean ± half-range over seeds;
     then the student before distillation and the shortcuts."""
     rows = []
-    for src in SOURCES:
+    for src in (*SOURCES, GOLD):
         for n, accs in r["students"][src].items():
             rows.append({"source": src, "samples": int(n),
                          "used": r["samples_used"][src][n],
@@ -241,9 +299,13 @@ def _report(r) -> str:
         f"Teacher accuracy on the pool {r['teacher_accuracy']:.3f} (by source "
         f"{outputs.format_value(r['teacher_accuracy_by_source'])}); wrong or misleading "
         f"steps: raw {r['incoherent_raw']:.3f}, rewritten {r['incoherent_rewritten']:.3f}; "
-        f"rewrites with the right answer {r['rewritten_correct']:.3f}. Evaluation: "
+        f"rewrites with the right answer {r['rewritten_correct']:.3f}; rewrites RL changed "
+        f"{r['rl_changed']:.3f}. Rewriter copy start: {r['copy_start']['source']} "
+        f"(`{r['copy_start']['key']}`). Evaluation: "
         f"{r['n_eval']} problems per set.\n",
         "## Student accuracy (mean ± half-range over seeds)\n",
+        "`gold`: distilled on the problems' correct chains (what an ideal rewriter would "
+        "write), at the largest sample count only.\n",
         outputs.markdown_table(main_table(r)), "\n",
         "## Rewriter rewards on held-out trajectories\n",
         outputs.markdown_table([{"rewriter": k, **rw[k]} for k in ("init", "rl")]), "\n",
@@ -254,9 +316,9 @@ def _plot(r, workdir) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(SETS), figsize=(10, 3.2), sharey=True)
+    fig, axes = plt.subplots(1, len(SETS), figsize=(3.6 * len(SETS), 3.2), sharey=True)
     for ax, s in zip(axes, SETS, strict=True):
-        for src in SOURCES:
+        for src in (*SOURCES, GOLD):
             ns = sorted(int(n) for n in r["students"][src])
             v = [r["students"][src][str(n)][s] for n in ns]
             ax.errorbar(ns, [np.mean(x) for x in v], yerr=[np.ptp(x) / 2 for x in v],

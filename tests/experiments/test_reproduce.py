@@ -21,8 +21,7 @@ def test_discover_finds_geomem_and_skips_launchers_without_a_config():
 def test_experiments_out_of_the_main_job_are_named_with_their_reason(tmp_path):
     names = reproduce.discover()
     out = reproduce.left_out(names)
-    assert "card" in out and not {"geomem", "gridprobe", "tcr"} & set(out)
-    assert all("regime" in why for why in out.values())
+    assert not {"card", "geomem", "gridprobe", "tcr"} & set(out)   # every regime holds today
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "a.py").write_text('OUT_OF_MAIN_JOB = "not yet"\n')
     (tmp_path / "experiments" / "b.py").write_text("# OUT_OF_MAIN_JOB = 'a comment'\n")

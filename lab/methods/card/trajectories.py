@@ -59,15 +59,17 @@ def sample_model(model, tokenizer, prompts: list[str], *, max_new_tokens: int,
 
 
 def teacher_rows(rows: list[dict], model, tokenizer, *, seed: int, max_new_tokens: int = 96,
-                 **verbose) -> list[dict]:
+                 temperature: float = 1.0, **verbose) -> list[dict]:
     """Adds a teacher trajectory to every problem row: even rows from ``model`` sampled at
-    temperature 1 (``source="model"``), odd rows from :func:`verbose_solution`
-    (``source="verbose"``); ``teacher_correct`` says whether its answer is right."""
+    ``temperature`` (``source="model"``), odd rows from :func:`verbose_solution` with
+    ``verbose``'s probabilities (``source="verbose"``); ``teacher_correct`` says whether
+    its answer is right."""
     from lab.methods.card.coherence import execute
     rng = np.random.default_rng([seed, 28])
     idx = [i for i in range(len(rows)) if i % 2 == 0]
     sampled = sample_model(model, tokenizer, [rows[i]["problem"] for i in idx],
-                           max_new_tokens=max_new_tokens, seed=seed) if idx else []
+                           max_new_tokens=max_new_tokens, temperature=temperature,
+                           seed=seed) if idx else []
     by = dict(zip(idx, sampled, strict=True))
     out = []
     for i, r in enumerate(rows):
