@@ -276,8 +276,9 @@ def run(config, workdir: str) -> dict:
 
 
 def main_table(r) -> list[dict]:
-    """One row per source and sample count: accuracy per set, mean ± half-range over seeds;
-    then the student before distillation and the shortcuts."""
+    """One row per source and sample count (the gold reference at the largest): accuracy
+    per set, mean ± half-range over seeds; then the student before distillation and the
+    shortcuts."""
     rows = []
     for src in (*SOURCES, GOLD):
         for n, accs in r["students"][src].items():
