@@ -3,17 +3,17 @@
 Run:
   python -m experiments.card --config=configs/card.py:default --workdir=/tmp/card
 
-Teacher ``cot-m`` (sampled at temperature 1) and a scripted verbose solver write the raw
+Teacher ``cot-m`` (sampled at temperature 0.5) and a scripted verbose solver write the raw
 trajectories; the rewriter starts from ``lm-xs`` (copy-SFT, then GRPO on the coherence and
 alignment rewards); the student is ``cot-xs``, distilled on raw, filtered-correct and
 rewritten trajectories of 1-3 steps and evaluated on them and on longer chains (4-5
 steps). Presets: ``test`` (seconds), ``default`` (the report).
 
 The rewriter is ``lm-xs``, not a reasoning model: its copy-first stage (and q/k smearing)
-gave it the induction circuit that writing back the trajectory it reads needs, where
-``cot-s``'s copy-SFT start reproduced 0.18 of held-out trajectories (docs/card.md). The
-second evaluation set stays within the student's reach: ``cot-xs`` scores 0 on chains of
-6 or more steps and on one- or three-digit operands, so a set there cannot move.
+gave it the induction circuit that writing back the trajectory it reads needs. The second
+evaluation set stays within the student's reach (``cot-xs`` cannot solve chains of 6 or
+more steps, nor one- or three-digit operands). docs/card.md has the measurements behind
+each default.
 """
 
 from __future__ import annotations
@@ -44,15 +44,13 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.rewriter_len = 256             # the rewriter's position budget
     c.max_new = 96                   # rewrite / teacher budget
     c.student_new = 72               # the student's answer budget
-    # lm-xs's copy-SFT start reproduced 0.49 of held-out trajectories after 150 steps, 0.61
-    # after 400 (the regime asks for 0.5)
+    # the copy start (a lab.zoo.bundle entry): long enough to reproduce most trajectories
     c.copy = ml_collections.ConfigDict(dict(steps=400, batch=32, learning_rate=1e-3))
-    # 20 steps at 2e-5 did not move the rewriter: its rewrites gave students identical to
-    # the raw trajectories' (the regime now checks that RL changes the rewrites)
+    # the regime checks that RL changes the rewrites
     c.rl = ml_collections.ConfigDict(dict(steps=60, prompts_per_step=8, group_size=4,
                                           learning_rate=1e-4, kl_coef=0.02,
                                           coherence_weight=1.0, alignment_weight=1.0))
-    # 5e-4 cost the student 0.11 in-domain even on gold chains (0.76 -> 0.65); 1e-4 0.03
+    # the regime checks that distilling on gold chains does not damage the student
     c.distill = ml_collections.ConfigDict(dict(steps=60, batch=16, learning_rate=1e-4))
     if preset == "test":
         c.teacher, c.rewriter = "cot-xs", "cot-xs"

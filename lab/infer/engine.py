@@ -569,9 +569,9 @@ def continue_generation(model: Transformer, cache: KVCache, tokens, *,
 
 # XLA's buffer assignment (what ``memory_analysis`` reports) is fixed by its HLO passes;
 # the CPU backend's optimisation level only changes how LLVM optimises the emitted
-# code. Compiled for the analysis alone at level 0, a generate program reports the same
-# bytes in less than half the compile time on CPU (tests/infer/test_policies.py checks
-# that the bytes agree).
+# code. Compiled for the analysis alone at level 0, a program reports the same bytes and
+# compiles faster (tests/infer/test_policies.py checks that the bytes agree; the saving is
+# in docs/benchmarks.md).
 _ANALYSIS_OPTIONS = {"cpu": {"xla_backend_optimization_level": 0}}
 
 
