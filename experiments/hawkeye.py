@@ -32,6 +32,9 @@ from lab.config import check, require
 from lab.methods import hawkeye as hk
 from lab.outputs import claim, markdown_table, regime, write_outputs
 
+# The main job runs this experiment while no other runs (experiments.reproduce --jobs).
+EXCLUSIVE = "a claim times the host: the best kernel's speed against XLA's"
+
 
 def _checks():
     subset = lambda known: (lambda v: len(v) > 0 and set(v) <= set(known))  # noqa: E731

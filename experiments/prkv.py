@@ -48,6 +48,10 @@ from lab.nn import KVCache
 from lab.outputs import claim, markdown_table, regime, save_figure, write_outputs
 from lab.zoo import ZooSpec
 
+# The main job runs this experiment while no other runs (experiments.reproduce --jobs).
+EXCLUSIVE = ("two claims time the host: PRKV's scoring against the prefill forward, and its "
+             "end-to-end generate against the full cache's")
+
 TASKS = ("variable_tracking", "needle", "arithmetic")
 POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent",
                                                  "kernel_size", "solver")}

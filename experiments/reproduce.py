@@ -5,8 +5,13 @@
 An experiment is registered by existing: ``configs/<name>.py`` (with
 ``get_config``) beside ``experiments/<name>.py`` (with ``run``); nobody edits a
 shared list. Each runs with ``get_config(preset)`` into ``workdir/<name>/``
-under a progress bar, in this process; the compiled programs of each are released
-before the next (:func:`release_compiled`). A failing experiment is logged with its traceback
+under a progress bar. With ``--jobs=N`` (default 2) up to ``N`` experiments run at once,
+each in a fresh Python process of its own (its log in ``workdir/<name>.log``, one line
+per experiment on the console); an experiment whose module sets ``EXCLUSIVE = "<why>"``
+(a claim that times the host) runs while no other does. ``--jobs=1`` runs them one after
+another in this process, the compiled programs of each released before the next
+(:func:`release_compiled`); ``--retrain`` always does, so that a zoo model several
+experiments use is trained once. A failing experiment is logged with its traceback
 (``workdir/<name>/error.txt``) and recorded, and the others still run.
 ``workdir/report.md`` starts with a scoreboard of every claim of every
 experiment, each marked informative or not by its run's regime checks
@@ -16,7 +21,8 @@ regime checks, a status table (experiment, status, seconds), a models table (eac
 model an experiment loaded: shipped with Lab, cached on this host or trained in this
 run, its stored dtype, its training seconds and the host that trained it), then each
 experiment's report with its image links rewritten to ``<name>/<png>``;
-``workdir/results.json`` summarises the same. An experiment whose module sets
+``workdir/results.json`` summarises the same, with the run's wall-clock seconds. An
+experiment whose module sets
 ``OUT_OF_MAIN_JOB = "<why>"`` (a model that does not yet reach its regime in the time the
 main job allows) is left out of a run without ``--only``, and the report says so with the
 reason; ``--only=<name>`` still runs it. Numbers print with three significant
@@ -32,8 +38,10 @@ from __future__ import annotations
 import ast
 import gc
 import importlib
+import json
 import os
 import re
+import subprocess
 import sys
 import time
 import traceback
@@ -68,33 +76,43 @@ def discover(root: str = ROOT) -> list[str]:
     return names
 
 
-def _out_of_main_job(source: str, path: str) -> str | None:
-    """The module-level ``OUT_OF_MAIN_JOB`` string of ``source`` (any string expression:
-    one literal, or adjacent literals in parentheses), or None when it sets none."""
+def _module_string(source: str, path: str, constant: str) -> str | None:
+    """The module-level string ``constant`` of ``source`` (any string expression: one
+    literal, or adjacent literals in parentheses), or None when it sets none."""
     for node in ast.parse(source, filename=path).body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "OUT_OF_MAIN_JOB" for t in node.targets):
+                isinstance(t, ast.Name) and t.id == constant for t in node.targets):
             why = ast.literal_eval(node.value)
             if not isinstance(why, str) or not why:
-                raise ValueError(f"{path}: OUT_OF_MAIN_JOB = {why!r}; expected a non-empty "
+                raise ValueError(f"{path}: {constant} = {why!r}; expected a non-empty "
                                  "str giving the reason")
             return why
     return None
 
 
-def left_out(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
-    """``{name: why}`` for the experiments among ``names`` whose module sets
-    ``OUT_OF_MAIN_JOB`` (read from the source's syntax tree, without importing it)."""
+def _flagged(names: Sequence[str], root: str, constant: str) -> dict[str, str]:
     out = {}
     for name in names:
         path = os.path.join(root, "experiments", f"{name}.py")
         if not os.path.exists(path):  # registered some other way (the tests' fakes)
             continue
         with open(path, encoding="utf-8") as f:
-            why = _out_of_main_job(f.read(), path)
+            why = _module_string(f.read(), path, constant)
         if why:
             out[name] = why
     return out
+
+
+def left_out(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
+    """``{name: why}`` for the experiments among ``names`` whose module sets
+    ``OUT_OF_MAIN_JOB`` (read from the source's syntax tree, without importing it)."""
+    return _flagged(names, root, "OUT_OF_MAIN_JOB")
+
+
+def exclusive(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
+    """``{name: why}`` for the experiments among ``names`` whose module sets ``EXCLUSIVE``:
+    a claim times the host, so with ``jobs > 1`` they run while no other experiment does."""
+    return _flagged(names, root, "EXCLUSIVE")
 
 
 def load(name: str):
@@ -120,15 +138,19 @@ INFORMATIVE = {True: "yes", False: "no", None: "unchecked"}
 
 
 def combined_report(preset: str, entries: Sequence[dict], workdir: str,
-                    skipped: Mapping[str, str] | None = None) -> str:
+                    skipped: Mapping[str, str] | None = None, *,
+                    seconds: float | None = None, jobs: int = 1) -> str:
     """The markdown of ``workdir/report.md`` from the per-experiment entries (and the
-    experiments left out of the run, ``{name: why}``)."""
+    experiments left out of the run, ``{name: why}``; the run's wall-clock ``seconds``
+    and how many experiments ran at once, ``jobs``)."""
     claims = [(e, c) for e in entries for c in e.get("claims", [])]
     held = sum(c["holds"] for _, c in claims)
     by = {k: [c for e, c in claims if regime_holds(e) is k] for k in INFORMATIVE}
     out = [f"# Lab reproduction report (preset `{preset}`)\n",
            f"{held} of {len(claims)} claims hold; "
-           f"{sum(e['status'] == 'ok' for e in entries)} of {len(entries)} experiments ran.\n",
+           f"{sum(e['status'] == 'ok' for e in entries)} of {len(entries)} experiments ran"
+           + ("" if seconds is None else f" in {seconds / 60:.1f} minutes of wall-clock time"
+              f" ({jobs} at a time)") + ".\n",
            f"Informative (their run's regime checks hold): {len(by[True])} claims, "
            f"{sum(c['holds'] for c in by[True])} of them hold. Not informative (a regime check "
            f"of their run fails): {len(by[False])}. Unchecked (their experiment states no "
@@ -208,30 +230,119 @@ def release_compiled() -> None:
     gc.collect()
 
 
+def run_one(name: str, preset: str, workdir: str) -> dict:
+    """Runs experiment ``name`` at ``preset`` into ``workdir/<name>`` in this process and
+    returns its entry (``{"name", "status", "claims", "regime", "seconds", "models",
+    "informative", "error"?}``); an exception is recorded (``error.txt``), not raised."""
+    t0, loaded = time.time(), len(zoo.loads())
+    entry = {"name": name}
+    try:
+        get_config, run = load(name)
+        results = run(get_config(preset), os.path.join(workdir, name))
+        entry.update(status="ok", claims=list(results.get("claims", [])),
+                     regime=list(results.get("regime", [])))
+    except Exception as e:  # keep going: one broken experiment must not hide the others
+        tb = traceback.format_exc()
+        logging.error("experiment %s failed:\n%s", name, tb)
+        atomic_write_text(os.path.join(workdir, name, "error.txt"), tb)
+        entry.update(status="failed", claims=[], regime=[],
+                     error=f"{type(e).__name__}: {e}")
+    entry["seconds"] = time.time() - t0
+    release_compiled()
+    entry["models"] = _models_since(loaded)
+    entry["informative"] = regime_holds(entry)
+    return entry
+
+
+def _entry_path(workdir: str, name: str) -> str:
+    return os.path.join(workdir, name, "entry.json")
+
+
+def _worker_command(name: str, preset: str, workdir: str) -> list[str]:
+    return [sys.executable, "-m", "experiments.reproduce", f"--worker={name}",
+            f"--preset={preset}", f"--workdir={workdir}"]
+
+
+def _collect(name: str, workdir: str, code: int, seconds: float) -> dict:
+    """The entry a worker wrote, or a failed one when it died before writing it."""
+    try:
+        with open(_entry_path(workdir, name), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        log = os.path.join(workdir, f"{name}.log")
+        atomic_write_text(os.path.join(workdir, name, "error.txt"),
+                          f"worker process exited with status {code}; its log: {log}\n")
+        return {"name": name, "status": "failed", "claims": [], "regime": [],
+                "error": f"worker process exited with status {code} (log: {name}.log)",
+                "seconds": seconds, "models": [], "informative": None}
+
+
+def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
+                  bar) -> dict[str, dict]:
+    """Runs each of ``names`` in its own process, up to ``jobs`` at once; an experiment in
+    :func:`exclusive` starts when none runs and runs alone. Returns ``{name: entry}``."""
+    alone = exclusive(names)
+    queue = [n for n in names if n in alone] + [n for n in names if n not in alone]
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")  # one accelerator shared
+    running, done = {}, {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs and not (set(running) & set(alone)) and \
+                    not (running and queue[0] in alone):
+                name = queue.pop(0)
+                os.makedirs(os.path.join(workdir, name), exist_ok=True)
+                if os.path.exists(_entry_path(workdir, name)):
+                    os.remove(_entry_path(workdir, name))
+                with open(os.path.join(workdir, f"{name}.log"), "w", encoding="utf-8") as log:
+                    proc = subprocess.Popen(_worker_command(name, preset, workdir), cwd=ROOT,
+                                            env=env, stdout=log, stderr=subprocess.STDOUT)
+                running[name] = (proc, time.time())
+                logging.info("reproduce: %s started (log %s.log)", name, name)
+            time.sleep(0.2)
+            for name, (proc, t0) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[name]
+                entry = done[name] = _collect(name, workdir, proc.returncode, time.time() - t0)
+                bar.update(1)
+                bar.set_postfix_str(name)
+                logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name,
+                             entry["status"], entry["seconds"],
+                             sum(c["holds"] for c in entry["claims"]), len(entry["claims"]))
+    finally:
+        for proc, _ in running.values():  # interrupted: stop the workers too
+            proc.terminate()
+    return done
+
+
 def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
             only: Sequence[str] | None = None, results_doc_path: str = "",
-            retrain: bool = False) -> dict:
+            retrain: bool = False, jobs: int = 1) -> dict:
     """Runs the experiments (all, or those in ``only``) and writes the combined outputs.
 
     ``results_doc_path`` (when not empty): also write that markdown page from every
     experiment's ``results.json`` (:func:`experiments.results_doc.write`). ``retrain``:
     train every zoo model from scratch (``LAB_ZOO=train`` for the run) instead of loading
-    shipped or cached weights.
+    shipped or cached weights. ``jobs``: how many experiments run at once, each in a
+    process of its own (1: one after another in this process; ``retrain`` implies 1).
 
     Returns:
-      ``{"preset", "retrain", "experiments": [{"name", "status", "seconds", "claims",
-      "regime", "informative", "models", "error"?}], "claims_held", "claims_total",
-      "claims_informative", "claims_informative_held", "failed": [names]}`` (also
-      ``workdir/results.json``);
+      ``{"preset", "retrain", "jobs", "seconds", "experiments": [{"name", "status",
+      "seconds", "claims", "regime", "informative", "models", "error"?}], "claims_held",
+      "claims_total", "claims_informative", "claims_informative_held", "failed": [names]}``
+      (also ``workdir/results.json``), the experiments in discovery order;
       ``informative`` is True / False / None (regime holds / fails / not stated);
       ``models`` lists the zoo models the experiment loaded and where each came from.
     """
     preset = check_preset(preset)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r}; expected an int >= 1")
     previous = os.environ.get(zoo.SOURCE_ENV)
     if retrain:
         os.environ[zoo.SOURCE_ENV] = "train"
     try:
-        return _run_all(preset, workdir, only, results_doc_path, retrain)
+        return _run_all(preset, os.path.abspath(workdir), only, results_doc_path, retrain,
+                        1 if retrain else jobs)
     finally:
         if retrain:
             if previous is None:
@@ -240,7 +351,7 @@ def run_all(preset: str = "default", workdir: str = "/tmp/lab_reproduce",
                 os.environ[zoo.SOURCE_ENV] = previous
 
 
-def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
+def _run_all(preset, workdir, only, results_doc_path, retrain, jobs) -> dict:
     names = discover()
     if only:
         unknown = sorted(set(only) - set(names))
@@ -253,36 +364,29 @@ def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
         skipped = left_out(names)
         names = [n for n in names if n not in skipped]
     os.makedirs(workdir, exist_ok=True)
-    entries = []
-    bar = tqdm(names, desc=f"reproduce[{preset}]", unit="exp")
-    for i, name in enumerate(bar):
-        bar.set_postfix_str(name)
-        logging.info("reproduce: %s (%d of %d) into %s", name, i + 1, len(names),
-                     os.path.join(workdir, name))
-        t0, loaded = time.time(), len(zoo.loads())
-        entry = {"name": name}
-        try:
-            get_config, run = load(name)
-            results = run(get_config(preset), os.path.join(workdir, name))
-            entry.update(status="ok", claims=list(results.get("claims", [])),
-                         regime=list(results.get("regime", [])))
-        except Exception as e:  # keep going: one broken experiment must not hide the others
-            tb = traceback.format_exc()
-            logging.error("experiment %s failed:\n%s", name, tb)
-            atomic_write_text(os.path.join(workdir, name, "error.txt"), tb)
-            entry.update(status="failed", claims=[], regime=[],
-                         error=f"{type(e).__name__}: {e}")
-        entry["seconds"] = time.time() - t0
-        release_compiled()
-        entry["models"] = _models_since(loaded)
-        entry["informative"] = regime_holds(entry)
-        entries.append(entry)
-        logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name, entry["status"],
-                     entry["seconds"], sum(c["holds"] for c in entry["claims"]),
-                     len(entry["claims"]))
+    t_start = time.time()
+    bar = tqdm(total=len(names), desc=f"reproduce[{preset}]", unit="exp")
+    if jobs > 1 and len(names) > 1:
+        done = _run_parallel(names, preset, workdir, jobs, bar)
+        entries = [done[n] for n in names]
+    else:
+        entries = []
+        for i, name in enumerate(names):
+            bar.set_postfix_str(name)
+            logging.info("reproduce: %s (%d of %d) into %s", name, i + 1, len(names),
+                         os.path.join(workdir, name))
+            entry = run_one(name, preset, workdir)
+            entries.append(entry)
+            bar.update(1)
+            logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name,
+                         entry["status"], entry["seconds"],
+                         sum(c["holds"] for c in entry["claims"]), len(entry["claims"]))
+    bar.close()
     summary = {
         "preset": preset,
         "retrain": retrain,
+        "jobs": jobs,
+        "seconds": time.time() - t_start,
         "experiments": entries,
         "claims_held": sum(c["holds"] for e in entries for c in e["claims"]),
         "claims_total": sum(len(e["claims"]) for e in entries),
@@ -293,8 +397,8 @@ def _run_all(preset, workdir, only, results_doc_path, retrain) -> dict:
         "left_out": skipped,
     }
     write_json(os.path.join(workdir, "results.json"), summary)
-    atomic_write_text(os.path.join(workdir, "report.md"), combined_report(preset, entries, workdir,
-                                                                         skipped))
+    atomic_write_text(os.path.join(workdir, "report.md"), combined_report(
+        preset, entries, workdir, skipped, seconds=summary["seconds"], jobs=jobs))
     if results_doc_path:
         results_doc.write(workdir, results_doc_path, names=[e["name"] for e in entries])
     return summary
@@ -306,6 +410,12 @@ _ONLY = flags.DEFINE_list("only", None, "Comma-separated experiment names (defau
 _RESULTS_DOC = flags.DEFINE_string(
     "results_doc", "", "Also write this markdown page (e.g. docs/results.md) from the runs' "
     "results.json files; empty: do not.")
+_JOBS = flags.DEFINE_integer(
+    "jobs", 2, "How many experiments run at once, each in a process of its own (1: one "
+    "after another in this process; --retrain runs them one after another).")
+_WORKER = flags.DEFINE_string(
+    "worker", None, "Internal: run this one experiment in this process and write its entry "
+    "to <workdir>/<name>/entry.json (what --jobs > 1 starts).")
 _RETRAIN = flags.DEFINE_bool(
     "retrain", False, "Train every zoo model from scratch (the full reproduction) instead of "
     "using the shipped or cached weights.")
@@ -314,10 +424,19 @@ _RETRAIN = flags.DEFINE_bool(
 def main(argv):
     del argv
     console.quiet_third_party_logs()
+    if _WORKER.value:
+        name = _WORKER.value
+        logging.info("reproduce: %s at preset %s into %s", name, _PRESET.value,
+                     os.path.join(_WORKDIR.value, name))
+        entry = run_one(name, check_preset(_PRESET.value), _WORKDIR.value)
+        write_json(_entry_path(_WORKDIR.value, name), entry)
+        logging.info("reproduce: %s %s in %.0f s", name, entry["status"], entry["seconds"])
+        return
     summary = run_all(_PRESET.value, _WORKDIR.value, _ONLY.value, _RESULTS_DOC.value,
-                      retrain=_RETRAIN.value)
-    logging.info("reproduce: %d of %d claims hold; %s", summary["claims_held"],
-                 summary["claims_total"], os.path.join(_WORKDIR.value, "report.md"))
+                      retrain=_RETRAIN.value, jobs=_JOBS.value)
+    logging.info("reproduce: %d of %d claims hold in %.0f s; %s", summary["claims_held"],
+                 summary["claims_total"], summary["seconds"],
+                 os.path.join(_WORKDIR.value, "report.md"))
     if summary["failed"]:
         logging.error("failed experiments: %s", summary["failed"])
         sys.exit(1)

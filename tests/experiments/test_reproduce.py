@@ -3,6 +3,8 @@ run's regime), failures that do not stop the run; experiments/results_doc.py's p
 
 import json
 import os
+import sys
+import textwrap
 
 import pytest
 from absl import flags
@@ -220,7 +222,7 @@ def test_results_doc_refuses_test_preset_and_empty_workdirs(tmp_path):
 
 def test_main_exits_1_after_writing_the_report_when_one_failed(tmp_path, monkeypatch):
     _fake_registry(monkeypatch, [])
-    flags.FLAGS(["reproduce", f"--workdir={tmp_path}", "--preset=test"])
+    flags.FLAGS(["reproduce", f"--workdir={tmp_path}", "--preset=test", "--jobs=1"])
     try:
         with pytest.raises(SystemExit) as e:
             reproduce.main([])
@@ -235,6 +237,8 @@ def test_unknown_only_and_preset_are_errors(tmp_path):
         reproduce.run_all("test", str(tmp_path), only=["nope"])
     with pytest.raises(ValueError, match="preset='fast' is unknown"):
         reproduce.run_all("fast", str(tmp_path))
+    with pytest.raises(ValueError, match=r"jobs=0; expected an int >= 1"):
+        reproduce.run_all("test", str(tmp_path), jobs=0)
     assert not os.listdir(tmp_path)
 
 
@@ -247,3 +251,71 @@ def test_every_launcher_imports_in_one_process_without_defining_flags():
         module = importlib.import_module(f"experiments.{name}")
         assert callable(module.run)
     assert "config" not in flags.FLAGS
+
+
+def test_two_jobs_run_real_experiments_in_processes_of_their_own(tmp_path):
+    """``jobs=2``: each experiment in its own process, its log beside its outputs, the same
+    entries (discovery order, claims as on disk) and the run's wall-clock time reported."""
+    summary = reproduce.run_all("test", str(tmp_path), only=["tar_baselines", "ipg"], jobs=2)
+    assert [e["name"] for e in summary["experiments"]] == ["ipg", "tar_baselines"]
+    assert summary["failed"] == [] and summary["jobs"] == 2 and summary["seconds"] > 0
+    for e in summary["experiments"]:
+        on_disk = json.loads((tmp_path / e["name"] / "results.json").read_text())
+        assert e["claims"] == on_disk["claims"] and e["regime"] == on_disk["regime"]
+        assert f"reproduce: {e['name']} ok in" in (tmp_path / f"{e['name']}.log").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "minutes of wall-clock time (2 at a time)" in report
+
+
+def _scripted_workers(monkeypatch, tmp_path, scripts, alone=()):
+    """Workers that run ``scripts[name]`` (Python source; ``ENTRY`` is where a worker writes
+    its entry, ``STAMPS`` a file it appends its start and end times to)."""
+    stamps = tmp_path / "stamps.txt"
+
+    def command(name, preset, workdir):
+        entry = reproduce._entry_path(workdir, name)
+        return [sys.executable, "-c", f"ENTRY, STAMPS, NAME = {entry!r}, {str(stamps)!r}, "
+                f"{name!r}\n" + textwrap.dedent(scripts[name])]
+
+    monkeypatch.setattr(reproduce, "discover", lambda root=None: list(scripts))
+    monkeypatch.setattr(reproduce, "_worker_command", command)
+    monkeypatch.setattr(reproduce, "exclusive",
+                        lambda names, root=None: {n: "times the host" for n in alone})
+    return stamps
+
+
+SLEEPER = """
+    import json, time
+    t0 = time.time(); time.sleep(0.6)
+    with open(STAMPS, "a") as f:
+        f.write(f"{NAME} {t0} {time.time()}\\n")
+    with open(ENTRY, "w") as f:
+        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 0.6,
+                   "models": [], "informative": None}, f)
+"""
+
+
+def test_an_exclusive_experiment_runs_while_no_other_does(tmp_path, monkeypatch):
+    stamps = _scripted_workers(monkeypatch, tmp_path, {n: SLEEPER for n in "abcd"},
+                               alone=("c",))
+    summary = reproduce.run_all("test", str(tmp_path / "runs"), jobs=3)
+    assert [e["name"] for e in summary["experiments"]] == list("abcd")
+    spans = {n: (float(a), float(b)) for n, a, b in
+             (line.split() for line in stamps.read_text().splitlines())}
+    c0, c1 = spans.pop("c")
+    assert all(b <= c0 or a >= c1 for a, b in spans.values())   # nothing beside c
+    starts = sorted(a for a, _ in spans.values())
+    assert starts[-1] - starts[0] < 0.5                          # a, b, d at once
+
+
+def test_a_worker_that_dies_is_a_failed_experiment_and_the_others_still_run(tmp_path,
+                                                                            monkeypatch):
+    _scripted_workers(monkeypatch, tmp_path, {"dies": "import os; os._exit(3)",
+                                              "fine": SLEEPER})
+    summary = reproduce.run_all("test", str(tmp_path / "runs"), jobs=2)
+    assert summary["failed"] == ["dies"]
+    dead = summary["experiments"][0]
+    assert dead["error"] == "worker process exited with status 3 (log: dies.log)"
+    assert "status 3" in (tmp_path / "runs" / "dies" / "error.txt").read_text()
+    report = (tmp_path / "runs" / "report.md").read_text()
+    assert "| dies | failed |" in report and "| fine | ok |" in report
