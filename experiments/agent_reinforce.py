@@ -25,6 +25,10 @@ from lab.config import check, require
 from lab.data.synthetic.arithmetic import arithmetic
 from lab.methods import agent_reinforce as ar
 
+# The main job runs this experiment while no other runs (experiments.reproduce --jobs).
+EXCLUSIVE = ("two claims time the host: the Pareto fronts' and the joint objective's latency "
+             "is each node's measured wall time")
+
 SEARCHES = ("agent", "reinforce", "random")
 FIXED = ("best_of_n", "self_refine", "debate")
 
