@@ -277,6 +277,13 @@ def _collect(name: str, workdir: str, code: int, seconds: float) -> dict:
                 "seconds": seconds, "models": [], "informative": None}
 
 
+def _finished(entry: dict, bar) -> None:
+    bar.update(1)
+    logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", entry["name"],
+                 entry["status"], entry["seconds"], sum(c["holds"] for c in entry["claims"]),
+                 len(entry["claims"]))
+
+
 def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
                   bar) -> dict[str, dict]:
     """Runs each of ``names`` in its own process, up to ``jobs`` at once; an experiment in
@@ -303,12 +310,9 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
                 if proc.poll() is None:
                     continue
                 del running[name]
-                entry = done[name] = _collect(name, workdir, proc.returncode, time.time() - t0)
-                bar.update(1)
+                done[name] = _collect(name, workdir, proc.returncode, time.time() - t0)
                 bar.set_postfix_str(name)
-                logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name,
-                             entry["status"], entry["seconds"],
-                             sum(c["holds"] for c in entry["claims"]), len(entry["claims"]))
+                _finished(done[name], bar)
     finally:
         for proc, _ in running.values():  # interrupted: stop the workers too
             proc.terminate()
@@ -364,9 +368,9 @@ def _run_all(preset, workdir, only, results_doc_path, retrain, jobs) -> dict:
         skipped = left_out(names)
         names = [n for n in names if n not in skipped]
     os.makedirs(workdir, exist_ok=True)
-    t_start = time.time()
+    t_start, jobs = time.time(), max(1, min(jobs, len(names)))
     bar = tqdm(total=len(names), desc=f"reproduce[{preset}]", unit="exp")
-    if jobs > 1 and len(names) > 1:
+    if jobs > 1:
         done = _run_parallel(names, preset, workdir, jobs, bar)
         entries = [done[n] for n in names]
     else:
@@ -375,12 +379,8 @@ def _run_all(preset, workdir, only, results_doc_path, retrain, jobs) -> dict:
             bar.set_postfix_str(name)
             logging.info("reproduce: %s (%d of %d) into %s", name, i + 1, len(names),
                          os.path.join(workdir, name))
-            entry = run_one(name, preset, workdir)
-            entries.append(entry)
-            bar.update(1)
-            logging.info("reproduce: %s %s in %.0f s; %d of %d claims hold", name,
-                         entry["status"], entry["seconds"],
-                         sum(c["holds"] for c in entry["claims"]), len(entry["claims"]))
+            entries.append(run_one(name, preset, workdir))
+            _finished(entries[-1], bar)
     bar.close()
     summary = {
         "preset": preset,
