@@ -33,7 +33,7 @@ from lab.methods import hawkeye as hk
 from lab.outputs import claim, markdown_table, regime, write_outputs
 
 # The main job runs this experiment while no other runs (experiments.reproduce --jobs).
-EXCLUSIVE = "a claim times the host: the best kernel's speed against XLA's"
+EXCLUSIVE = "a claim times the host: the best kernel's speed against XLA's (on a GPU)"
 
 
 def _checks():
