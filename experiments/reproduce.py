@@ -294,8 +294,9 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
     running, done = {}, {}
     try:
         while queue or running:
-            while queue and len(running) < jobs and not (set(running) & set(alone)) and \
-                    not (running and queue[0] in alone):
+            # an idle host takes anything; a busy one, a free slot for a shared experiment
+            while queue and (not running or (len(running) < jobs and queue[0] not in alone
+                                              and not set(running) & set(alone))):
                 name = queue.pop(0)
                 os.makedirs(os.path.join(workdir, name), exist_ok=True)
                 if os.path.exists(_entry_path(workdir, name)):
