@@ -14,13 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from absl import logging  # noqa: E402
 
 from configs.gpa import get_config  # noqa: E402
-from lab import launch, outputs  # noqa: E402
+from lab import launch, outputs, timing  # noqa: E402
 from lab.config import check  # noqa: E402
 from lab.methods.gpa import baselines, design, smc  # noqa: E402
 from lab.methods.gpa.sampler import GPAConfig, gpa  # noqa: E402
-
-# The main job runs this experiment while no other runs (experiments.reproduce --jobs).
-EXCLUSIVE = "a claim times the host: seconds per particle-step at 4096 particles against 256"
 
 COLUMNS = ["sampler", "objective_mean", "objective_top10", "true_activity_a", "audit_activity_a",
            "motif_fidelity", "prior_loglik_per_base", "diversity", "kmer_js", "heldout_kmer_js",
@@ -232,7 +229,8 @@ def scaling_sweep(c, assets, reward, key) -> list[dict]:
     (``c.scaling_rounds`` annealing rounds of one mutation step each); the time per
     particle-step is the fastest round's seconds over its particle-steps, among the rounds
     after the first (which compiles; the fastest, as ``timeit`` reports, because a later
-    round can still compile a branch the first did not take)."""
+    round can still compile a branch the first did not take). The sweep holds the host
+    alone (:func:`lab.timing.alone`) when the main job runs experiments side by side."""
     import numpy as np
 
     ar_init, ar_prop = design.ar_moves(assets, c.gpa.span_max)
@@ -240,7 +238,8 @@ def scaling_sweep(c, assets, reward, key) -> list[dict]:
     for n in c.scaling_particles:
         cfg = dataclasses.replace(_gpa_config(c, n), max_rounds=c.scaling_rounds, final_steps=0,
                                   mutation_steps=1)
-        pop = gpa(jax.random.fold_in(key, 100 + n), ar_init, ar_prop, reward, cfg)
+        with timing.alone("seconds per particle-step of GPA's particle scaling"):
+            pop = gpa(jax.random.fold_in(key, 100 + n), ar_init, ar_prop, reward, cfg)
         m = design.metrics(assets, pop, reward)
         steady = [h["seconds"] for h in pop.history[1:]] or [pop.history[0]["seconds"]]
         rows.append({"particles": n, "objective_mean": m["objective_mean"],

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
@@ -39,7 +40,7 @@ from absl import logging
 from flax import nnx
 
 from configs.prkv import POLICIES, get_config
-from lab import infer, launch, zoo
+from lab import infer, launch, timing, zoo
 from lab.config import check
 from lab.data.synthetic import extract_answer, generate
 from lab.infer import policies
@@ -47,10 +48,6 @@ from lab.methods import prkv as prkv_lib
 from lab.nn import KVCache
 from lab.outputs import claim, markdown_table, regime, save_figure, write_outputs
 from lab.zoo import ZooSpec
-
-# The main job runs this experiment while no other runs (experiments.reproduce --jobs).
-EXCLUSIVE = ("two claims time the host: PRKV's scoring against the prefill forward, and its "
-             "end-to-end generate against the full cache's")
 
 TASKS = ("variable_tracking", "needle", "arithmetic")
 POLICY_KWARGS = {"random": ("seed",), "prkv": ("alpha", "iters", "graph", "n_sink", "n_recent",
@@ -276,14 +273,21 @@ def prkv_accuracy(model, tok, x, lengths, answers, *, ratios, config, capacity, 
     return out
 
 
-def _timed(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _timed(fns: Mapping[str, Callable], repeats: int, why: str) -> dict[str, float]:
+    """Median seconds of each of ``fns`` over ``repeats`` calls, after one call of each to
+    compile. The timed calls interleave (each repeat calls every function once) inside one
+    :func:`lab.timing.alone` section (``why``: what is timed), so the functions compared
+    see the same host."""
+    for fn in fns.values():
         jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times = {name: [] for name in fns}
+    with timing.alone(why):
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                jax.block_until_ready(fn())
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def scorers(names, config) -> dict:
@@ -322,9 +326,8 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
         return infer.prefill(model, x, lengths=lengths, capacity=x.shape[1])[1]
 
     cache, stats = capture()
-    prefill_s = _timed(forward, e.timing_repeats)
-    capture_s = _timed(capture, e.timing_repeats)
-    out = {"prefill_seconds": prefill_s, "capture_seconds": capture_s, "policies": {}}
+    out = {"policies": {}}
+    timed = {"forward": forward, "capture": capture}
     p = config.prkv
     for name, fn in fns.items():
         pol = policies.get(name)
@@ -342,9 +345,13 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
             row["kept_bytes"][str(r)] = float(kept.kept_bytes()) / x.shape[0]
         b = jnp.asarray(policies.budgets(lengths, max(ratios)), jnp.int32)
         fn = fns[name]                                   # the registered policy, timed
-        row["score_seconds"] = _timed(lambda fn=fn, b=b: fn(cache, stats, b), e.timing_repeats)
-        row["score_fraction"] = row["score_seconds"] / prefill_s
+        timed[name] = lambda fn=fn, b=b: fn(cache, stats, b)
         out["policies"][name] = row
+    seconds = _timed(timed, e.timing_repeats, "policies' scoring against the prefill forward")
+    out["prefill_seconds"], out["capture_seconds"] = seconds["forward"], seconds["capture"]
+    for name, row in out["policies"].items():
+        row["score_seconds"] = seconds[name]
+        row["score_fraction"] = seconds[name] / seconds["forward"]
     if "prkv" in fns:
         top = max(ratios)
 
@@ -353,8 +360,9 @@ def cache_costs(model, tok, x, lengths, fns, ratios, config):
             kw["stop_tokens"] = []            # every row decodes max_new_tokens
             return lambda: infer.generate(model, x, lengths=lengths, **kw).tokens
 
-        full_s, prkv_s = _timed(run("full", 0.0), e.timing_repeats), _timed(
-            run("prkv", top), e.timing_repeats)
+        seconds = _timed({"full": run("full", 0.0), "prkv": run("prkv", top)},
+                         e.timing_repeats, "PRKV's generate against the full cache's")
+        full_s, prkv_s = seconds["full"], seconds["prkv"]
         out["end_to_end"] = {"ratio": top, "full_seconds": full_s, "prkv_seconds": prkv_s,
                              "overhead": prkv_s / full_s}
     return out

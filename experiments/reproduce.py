@@ -7,9 +7,9 @@ An experiment is registered by existing: ``configs/<name>.py`` (with
 shared list. Each runs with ``get_config(preset)`` into ``workdir/<name>/``
 under a progress bar. With ``--jobs=N`` (default 2) up to ``N`` experiments run at once,
 each in a fresh Python process of its own (its log in ``workdir/<name>.log``, one line
-per experiment on the console); an experiment whose module sets ``EXCLUSIVE = "<why>"``
-(a claim that times the host) runs while no other does. ``--jobs=1`` runs them one after
-another in this process, the compiled programs of each released before the next
+per experiment on the console); code that times the host runs inside
+:func:`lab.timing.alone`, during which the other workers are stopped. ``--jobs=1`` runs
+them one after another in this process, the compiled programs of each released before the next
 (:func:`release_compiled`); ``--retrain`` always does, so that a zoo model several
 experiments use is trained once. A failing experiment is logged with its traceback
 (``workdir/<name>/error.txt``) and recorded, and the others still run.
@@ -17,9 +17,10 @@ experiments use is trained once. A failing experiment is logged with its traceba
 experiment, each marked informative or not by its run's regime checks
 (``results["regime"]``, :func:`lab.outputs.regime`: a claim of a run whose regime
 fails is not informative, one of a run that states none is unchecked), then the
-regime checks, a status table (experiment, status, seconds), a models table (each zoo
-model an experiment loaded: shipped with Lab, cached on this host or trained in this
-run, its stored dtype, its training seconds and the host that trained it), then each
+regime checks, a status table (experiment, status, wall, CPU and compile seconds), a
+models table (each zoo model an experiment loaded: shipped with Lab, cached on this
+host or trained in this run, its stored dtype, its training seconds and the host that
+trained it), then each
 experiment's report with its image links rewritten to ``<name>/<png>``;
 ``workdir/results.json`` summarises the same, with the run's wall-clock seconds. An
 experiment whose module sets
@@ -52,7 +53,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from experiments import results_doc
-from lab import console, zoo
+from lab import console, timing, zoo
 from lab.config import check_preset
 from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
 
@@ -109,12 +110,6 @@ def left_out(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
     return _flagged(names, root, "OUT_OF_MAIN_JOB")
 
 
-def exclusive(names: Sequence[str], root: str = ROOT) -> dict[str, str]:
-    """``{name: why}`` for the experiments among ``names`` whose module sets ``EXCLUSIVE``:
-    a claim times the host, so with ``jobs > 1`` they run while no other experiment does."""
-    return _flagged(names, root, "EXCLUSIVE")
-
-
 def load(name: str):
     """Returns ``(get_config, run)`` of experiment ``name`` (imports its two modules)."""
     get_config = importlib.import_module(f"configs.{name}").get_config
@@ -169,6 +164,9 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str,
     out.append("\n## Status\n")
     out.append(markdown_table([{"experiment": e["name"], "status": e["status"],
                                 "seconds": round(e["seconds"], 1),
+                                "CPU seconds": _rounded(e.get("cpu_seconds")),
+                                "compile seconds": _rounded(e.get("compile_seconds")),
+                                "compiles": e.get("compiles", ""),
                                 "error": e.get("error", "")} for e in entries]))
     if skipped:
         out.append("\nLeft out of this run (`--only=<name>` runs one):\n")
@@ -185,6 +183,10 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str,
             out.append(f"## {e['name']}\n\nFailed after {e['seconds']:.1f} s: "
                        f"`{e.get('error', '')}` (traceback in `{e['name']}/error.txt`).\n")
     return "\n".join(out) + "\n"
+
+
+def _rounded(seconds: float | None):
+    return "" if seconds is None else round(seconds, 1)
 
 
 SOURCE_WORDS = {"shipped": "shipped with Lab", "cached": "cached on this host",
@@ -230,11 +232,29 @@ def release_compiled() -> None:
     gc.collect()
 
 
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA compiles a program
+_COMPILE = {"seconds": 0.0, "count": 0}  # this process's compiles so far
+
+
+def _count_compile(event: str, duration: float, **kwargs) -> None:
+    del kwargs
+    if event == BACKEND_COMPILE_EVENT:
+        _COMPILE["seconds"] += duration
+        _COMPILE["count"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
 def run_one(name: str, preset: str, workdir: str) -> dict:
     """Runs experiment ``name`` at ``preset`` into ``workdir/<name>`` in this process and
-    returns its entry (``{"name", "status", "claims", "regime", "seconds", "models",
-    "informative", "error"?}``); an exception is recorded (``error.txt``), not raised."""
+    returns its entry (``{"name", "status", "claims", "regime", "seconds", "cpu_seconds",
+    "compile_seconds", "compiles", "models", "informative", "error"?}``): wall seconds, the
+    process's CPU seconds (all threads), and the seconds and count of XLA compiles (JAX's
+    ``backend_compile_duration`` events); an exception is recorded (``error.txt``), not
+    raised."""
     t0, loaded = time.time(), len(zoo.loads())
+    cpu0, compiled0 = time.process_time(), dict(_COMPILE)
     entry = {"name": name}
     try:
         get_config, run = load(name)
@@ -248,6 +268,9 @@ def run_one(name: str, preset: str, workdir: str) -> dict:
         entry.update(status="failed", claims=[], regime=[],
                      error=f"{type(e).__name__}: {e}")
     entry["seconds"] = time.time() - t0
+    entry["cpu_seconds"] = time.process_time() - cpu0
+    entry["compile_seconds"] = _COMPILE["seconds"] - compiled0["seconds"]
+    entry["compiles"] = _COMPILE["count"] - compiled0["count"]
     release_compiled()
     entry["models"] = _models_since(loaded)
     entry["informative"] = regime_holds(entry)
@@ -286,17 +309,16 @@ def _finished(entry: dict, bar) -> None:
 
 def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
                   bar) -> dict[str, dict]:
-    """Runs each of ``names`` in its own process, up to ``jobs`` at once; an experiment in
-    :func:`exclusive` starts when none runs and runs alone. Returns ``{name: entry}``."""
-    alone = exclusive(names)
-    queue = [n for n in names if n in alone] + [n for n in names if n not in alone]
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")  # one accelerator shared
-    running, done = {}, {}
+    """Runs each of ``names`` in its own process, up to ``jobs`` at once, and grants their
+    :func:`lab.timing.alone` sections (the other workers stopped meanwhile; no worker
+    starts during one). Returns ``{name: entry}``."""
+    queue, running, done = list(names), {}, {}
+    grants = timing.Grants(os.path.join(workdir, ".alone"))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false",  # one accelerator shared
+               **{timing.ENV: grants.directory})
     try:
         while queue or running:
-            # an idle host takes anything; a busy one, a free slot for a shared experiment
-            while queue and (not running or (len(running) < jobs and queue[0] not in alone
-                                              and not set(running) & set(alone))):
+            while queue and len(running) < jobs and not grants.held:
                 name = queue.pop(0)
                 os.makedirs(os.path.join(workdir, name), exist_ok=True)
                 if os.path.exists(_entry_path(workdir, name)):
@@ -306,7 +328,7 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
                                             env=env, stdout=log, stderr=subprocess.STDOUT)
                 running[name] = (proc, time.time())
                 logging.info("reproduce: %s started (log %s.log)", name, name)
-            time.sleep(0.2)
+            time.sleep(timing.POLL_SECONDS)
             for name, (proc, t0) in list(running.items()):
                 if proc.poll() is None:
                     continue
@@ -314,7 +336,9 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
                 done[name] = _collect(name, workdir, proc.returncode, time.time() - t0)
                 bar.set_postfix_str(name)
                 _finished(done[name], bar)
+            grants.poll([proc.pid for proc, _ in running.values()])
     finally:
+        grants.close()
         for proc, _ in running.values():  # interrupted: stop the workers too
             proc.terminate()
     return done

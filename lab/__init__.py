@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 MALLOC_TUNED = host.tune_malloc()
 
 _SUBMODULES = ("atomic", "config", "console", "data", "hf", "infer", "launch", "methods", "nn",
-               "outputs", "parallel", "train", "zoo")
+               "outputs", "parallel", "timing", "train", "zoo")
 _ATTRS = {"load_model": "lab.zoo"}
 
 

@@ -267,7 +267,7 @@ def test_two_jobs_run_real_experiments_in_processes_of_their_own(tmp_path):
     assert "minutes of wall-clock time (2 at a time)" in report
 
 
-def _scripted_workers(monkeypatch, tmp_path, scripts, alone=()):
+def _scripted_workers(monkeypatch, tmp_path, scripts):
     """Workers that run ``scripts[name]`` (Python source; ``ENTRY`` is where a worker writes
     its entry, ``STAMPS`` a file it appends its start and end times to)."""
     stamps = tmp_path / "stamps.txt"
@@ -279,8 +279,6 @@ def _scripted_workers(monkeypatch, tmp_path, scripts, alone=()):
 
     monkeypatch.setattr(reproduce, "discover", lambda root=None: list(scripts))
     monkeypatch.setattr(reproduce, "_worker_command", command)
-    monkeypatch.setattr(reproduce, "exclusive",
-                        lambda names, root=None: {n: "times the host" for n in alone})
     return stamps
 
 
@@ -295,17 +293,38 @@ SLEEPER = """
 """
 
 
-def test_an_exclusive_experiment_runs_while_no_other_does(tmp_path, monkeypatch):
-    stamps = _scripted_workers(monkeypatch, tmp_path, {n: SLEEPER for n in "abcd"},
-                               alone=("c",))
+BUSY = """
+    import json, time
+    with open(STAMPS, "a") as f:
+        for _ in range(150):  # a time stamp every 10 ms
+            f.write(f"{NAME} {time.time()}\\n"); f.flush(); time.sleep(0.01)
+    with open(ENTRY, "w") as f:
+        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 1.5,
+                   "models": [], "informative": None}, f)
+"""
+TIMER = """
+    import json, time
+    from lab import timing
+    time.sleep(0.3)
+    with timing.alone("a test section"):
+        t0 = time.time(); time.sleep(0.6)
+    with open(STAMPS, "a") as f:
+        f.write(f"section {t0} {time.time()}\\n")
+    with open(ENTRY, "w") as f:
+        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 0.9,
+                   "models": [], "informative": None}, f)
+"""
+
+
+def test_a_timed_section_runs_while_the_other_workers_are_stopped(tmp_path, monkeypatch):
+    stamps = _scripted_workers(monkeypatch, tmp_path, {"a": TIMER, "b": BUSY, "c": BUSY})
     summary = reproduce.run_all("test", str(tmp_path / "runs"), jobs=3)
-    assert [e["name"] for e in summary["experiments"]] == list("abcd")
-    spans = {n: (float(a), float(b)) for n, a, b in
-             (line.split() for line in stamps.read_text().splitlines())}
-    c0, c1 = spans.pop("c")
-    assert all(b <= c0 or a >= c1 for a, b in spans.values())   # nothing beside c
-    starts = sorted(a for a, _ in spans.values())
-    assert starts[-1] - starts[0] < 0.5                          # a, b, d at once
+    assert summary["failed"] == []
+    lines = [line.split() for line in stamps.read_text().splitlines()]
+    (t0, t1), = [(float(a), float(b)) for n, a, b in (x for x in lines if x[0] == "section")]
+    busy = [float(t) for n, t in (x for x in lines if x[0] != "section")]
+    assert not [t for t in busy if t0 + 0.02 < t < t1]       # nothing ran beside the section
+    assert [t for t in busy if t < t0] and [t for t in busy if t > t1]   # before and after
 
 
 def test_a_worker_that_dies_is_a_failed_experiment_and_the_others_still_run(tmp_path,
