@@ -53,7 +53,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from experiments import results_doc
-from lab import console, timing, zoo
+from lab import console, host, timing, zoo
 from lab.config import check_preset
 from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
 
@@ -449,6 +449,7 @@ _RETRAIN = flags.DEFINE_bool(
 def main(argv):
     del argv
     console.quiet_third_party_logs()
+    host.use_compile_cache()  # the workers inherit it: a rerun loads its programs
     if _WORKER.value:
         name = _WORKER.value
         logging.info("reproduce: %s at preset %s into %s", name, _PRESET.value,

@@ -1,5 +1,6 @@
-"""The host: a short description of it (:func:`describe`), and the process's memory
-allocator, set for XLA's CPU runtime.
+"""The host: a short description of it (:func:`describe`), the process's memory
+allocator, set for XLA's CPU runtime, and the cache of compiled programs
+(:func:`use_compile_cache`).
 
 XLA's CPU runtime allocates an executable's large buffers (activations, logits,
 attention matrices) anew on every call. glibc's ``malloc`` serves a request above
@@ -75,3 +76,34 @@ def describe() -> dict:
             "machine": platform.machine(), "python": platform.python_version(),
             "jax": jax.__version__, "backend": jax.default_backend(),
             "devices": sorted({d.device_kind for d in devices}), "n_devices": len(devices)}
+
+
+COMPILE_CACHE_ENV = "LAB_COMPILE_CACHE"
+COMPILE_CACHE_BYTES = 4 << 30  # the least recently used programs go beyond this
+
+
+def use_compile_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache for this process and the processes it
+    starts: every program XLA compiles, however quickly, is written to ``$LAB_CACHE/xla``
+    (at most :data:`COMPILE_CACHE_BYTES`, least recently used first out), and a later run
+    of the same program on this host loads it instead of compiling. A directory chosen
+    through ``JAX_COMPILATION_CACHE_DIR`` wins; ``LAB_COMPILE_CACHE=off`` leaves the cache
+    off. Launchers and ``experiments.reproduce`` call it; returns the directory, or None
+    when off."""
+    import jax
+
+    from lab.zoo.store import cache_root
+
+    value = os.environ.get(COMPILE_CACHE_ENV, "on")
+    if value not in ("on", "off"):
+        raise ValueError(f"{COMPILE_CACHE_ENV}={value!r}; expected 'on' or 'off'")
+    if value == "off":
+        return None
+    directory = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(cache_root(), "xla")
+    settings = {"JAX_COMPILATION_CACHE_DIR": (directory, str),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": ("0", float),
+                "JAX_COMPILATION_CACHE_MAX_SIZE": (str(COMPILE_CACHE_BYTES), int)}
+    for name, (default, kind) in settings.items():
+        os.environ.setdefault(name, default)   # the processes this one starts
+        jax.config.update(name.lower(), kind(os.environ[name]))
+    return directory

@@ -12,7 +12,8 @@ program, never at import, so that any number of launchers can be imported in
 one process (``experiments.reproduce``, pytest, a notebook) without absl's
 ``DuplicateFlagError``. The console shows Lab's log lines, one at the start and one at
 the end of the run, and progress bars; other libraries' INFO logs only with
-``--verbosity=1`` or more (:func:`lab.console.quiet_third_party_logs`).
+``--verbosity=1`` or more (:func:`lab.console.quiet_third_party_logs`). Compiled programs
+persist in ``$LAB_CACHE/xla`` (:func:`lab.host.use_compile_cache`), so a rerun loads them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lab import console
+from lab import console, host
 
 
 def _name() -> str:
@@ -41,6 +42,7 @@ def main(run: Callable[..., dict]) -> None:
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments {argv[1:]}")
         console.quiet_third_party_logs()
+        host.use_compile_cache()
         name, config, workdir = _name(), flags.FLAGS.config, flags.FLAGS.workdir
         logging.info("%s: preset %s, writing to %s", name, config.get("preset"), workdir)
         t0 = time.time()

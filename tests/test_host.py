@@ -62,3 +62,34 @@ def test_glibcs_defaults_unless_asked(monkeypatch):
     assert host.mode() == "system" and host.tune_malloc() is False
     monkeypatch.setenv(host.ENV, "system")
     assert host.tune_malloc() is False
+
+
+# Compiles one program under lab.host.use_compile_cache and prints the directory and whether
+# JAX's persistent cache answered it (a hit) or XLA compiled it.
+COMPILE_ONCE = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    from lab import host
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
+    directory = host.use_compile_cache()
+    jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((8, 8))).block_until_ready()
+    print(directory, bool(hits))
+""")
+
+
+def _compile_once(tmp_path, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    out = subprocess.run([sys.executable, "-c", COMPILE_ONCE], capture_output=True, text=True,
+                         env=dict(clean, LAB_CACHE=str(tmp_path), **env), cwd=REPO)
+    return out
+
+
+def test_a_second_run_loads_its_compiled_programs_from_the_lab_cache(tmp_path):
+    first, second = _compile_once(tmp_path), _compile_once(tmp_path)
+    assert first.stdout.split() == [str(tmp_path / "xla"), "False"], first.stderr[-2000:]
+    assert second.stdout.split() == [str(tmp_path / "xla"), "True"], second.stderr[-2000:]
+    off = _compile_once(tmp_path / "off", LAB_COMPILE_CACHE="off")
+    assert off.stdout.split() == ["None", "False"] and not (tmp_path / "off" / "xla").exists()
+    bad = _compile_once(tmp_path, LAB_COMPILE_CACHE="yes")
+    assert bad.returncode != 0 and "LAB_COMPILE_CACHE='yes'; expected 'on' or 'off'" in bad.stderr
