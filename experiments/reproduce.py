@@ -42,6 +42,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -341,6 +342,7 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
         grants.close()
         for proc, _ in running.values():  # interrupted: stop the workers too
             proc.terminate()
+        shutil.rmtree(grants.directory, ignore_errors=True)
     return done
 
 

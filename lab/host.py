@@ -79,17 +79,20 @@ def describe() -> dict:
 
 
 COMPILE_CACHE_ENV = "LAB_COMPILE_CACHE"
-COMPILE_CACHE_BYTES = 4 << 30  # the least recently used programs go beyond this
 
 
 def use_compile_cache() -> str | None:
     """Turns on JAX's persistent compilation cache for this process and the processes it
-    starts: every program XLA compiles, however quickly, is written to ``$LAB_CACHE/xla``
-    (at most :data:`COMPILE_CACHE_BYTES`, least recently used first out), and a later run
-    of the same program on this host loads it instead of compiling. A directory chosen
-    through ``JAX_COMPILATION_CACHE_DIR`` wins; ``LAB_COMPILE_CACHE=off`` leaves the cache
-    off. Launchers and ``experiments.reproduce`` call it; returns the directory, or None
-    when off."""
+    starts: every program XLA compiles, however quickly, is written to ``$LAB_CACHE/xla``,
+    and a later run of the same program on this host loads it instead of compiling (the
+    main job's programs take about 50 MB). A directory chosen through
+    ``JAX_COMPILATION_CACHE_DIR`` wins; ``LAB_COMPILE_CACHE=off`` leaves the cache off.
+    Launchers and ``experiments.reproduce`` call it; returns the directory, or None when
+    off.
+
+    No size limit is set: with one, JAX takes a file lock around every read and write of
+    the cache, and a worker that :func:`lab.timing.alone` stops while it holds the lock
+    would stall the others' compiles. Delete the directory to reclaim its space."""
     import jax
 
     from lab.zoo.store import cache_root
@@ -101,8 +104,7 @@ def use_compile_cache() -> str | None:
         return None
     directory = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(cache_root(), "xla")
     settings = {"JAX_COMPILATION_CACHE_DIR": (directory, str),
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": ("0", float),
-                "JAX_COMPILATION_CACHE_MAX_SIZE": (str(COMPILE_CACHE_BYTES), int)}
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": ("0", float)}
     for name, (default, kind) in settings.items():
         os.environ.setdefault(name, default)   # the processes this one starts
         jax.config.update(name.lower(), kind(os.environ[name]))

@@ -325,6 +325,7 @@ def test_a_timed_section_runs_while_the_other_workers_are_stopped(tmp_path, monk
     busy = [float(t) for n, t in (x for x in lines if x[0] != "section")]
     assert not [t for t in busy if t0 + 0.02 < t < t1]       # nothing ran beside the section
     assert [t for t in busy if t < t0] and [t for t in busy if t > t1]   # before and after
+    assert not (tmp_path / "runs" / ".alone").exists()         # its files are gone
 
 
 def test_a_worker_that_dies_is_a_failed_experiment_and_the_others_still_run(tmp_path,
