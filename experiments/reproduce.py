@@ -20,18 +20,18 @@ fails is not informative, one of a run that states none is unchecked), then the
 regime checks, a status table (experiment, status, wall, CPU and compile seconds), a
 models table (each zoo model an experiment loaded: shipped with Lab, cached on this
 host or trained in this run, its stored dtype, its training seconds and the host that
-trained it), then each
-experiment's report with its image links rewritten to ``<name>/<png>``;
-``workdir/results.json`` summarises the same, with the run's wall-clock seconds. An
-experiment whose module sets
-``OUT_OF_MAIN_JOB = "<why>"`` (a model that does not yet reach its regime in the time the
-main job allows) is left out of a run without ``--only``, and the report says so with the
-reason; ``--only=<name>`` still runs it. Numbers print with three significant
-digits. With ``--results_doc=docs/results.md`` it also writes that page
-(:mod:`experiments.results_doc`). ``--retrain`` trains every zoo model from scratch
-(``LAB_ZOO=train``, :mod:`lab.zoo`) instead of using the shipped or cached weights: the
-full reproduction, with each model's training time in the models table. The process
-exits with status 1 when any experiment failed (after writing the report).
+trained it), then each experiment's report with its image links rewritten to
+``<name>/<png>``; ``workdir/results.json`` summarises the same, with the run's wall-clock
+seconds. An experiment whose module sets ``OUT_OF_MAIN_JOB = "<why>"`` (a model that does
+not yet reach its regime in the time the main job allows) is left out of a run without
+``--only``, and the report says so with the reason; ``--only=<name>`` still runs it.
+Numbers print with three significant digits. With ``--results_doc=docs/results.md`` it
+also writes that page (:mod:`experiments.results_doc`). ``--retrain`` trains every zoo
+model from scratch (``LAB_ZOO=train``, :mod:`lab.zoo`) instead of using the shipped or
+cached weights: the full reproduction, with each model's training time in the models
+table. Compiled programs persist in ``$LAB_CACHE/xla`` (:func:`lab.host.use_compile_cache`),
+so a rerun on the same host loads them instead of compiling. The process exits with
+status 1 when any experiment failed (after writing the report).
 """
 
 from __future__ import annotations
@@ -251,9 +251,9 @@ def run_one(name: str, preset: str, workdir: str) -> dict:
     """Runs experiment ``name`` at ``preset`` into ``workdir/<name>`` in this process and
     returns its entry (``{"name", "status", "claims", "regime", "seconds", "cpu_seconds",
     "compile_seconds", "compiles", "models", "informative", "error"?}``): wall seconds, the
-    process's CPU seconds (all threads), and the seconds and count of XLA compiles (JAX's
-    ``backend_compile_duration`` events); an exception is recorded (``error.txt``), not
-    raised."""
+    process's CPU seconds (all threads), and the wall seconds and count of XLA compiles
+    (JAX's ``backend_compile_duration`` events, loads from the compile cache included); an
+    exception is recorded (``error.txt``), not raised."""
     t0, loaded = time.time(), len(zoo.loads())
     cpu0, compiled0 = time.process_time(), dict(_COMPILE)
     entry = {"name": name}

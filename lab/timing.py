@@ -99,6 +99,7 @@ class Grants:
             if pid in pids and os.path.exists(stem + ".request"):
                 return
             self._release()
+        # (glob's * skips the hidden ".tmp-*" files of a request still being written)
         requests = sorted(glob.glob(os.path.join(self.directory, "*.request")),
                           key=lambda p: (os.path.getmtime(p), p))
         for path in requests:

@@ -267,15 +267,25 @@ def test_two_jobs_run_real_experiments_in_processes_of_their_own(tmp_path):
     assert "minutes of wall-clock time (2 at a time)" in report
 
 
+# What every scripted worker runs first: ``done(seconds)`` writes its (claimless) entry.
+WORKER_PRELUDE = """
+import json
+def done(seconds):
+    with open(ENTRY, "w") as f:
+        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [],
+                   "seconds": seconds, "models": [], "informative": None}, f)
+"""
+
+
 def _scripted_workers(monkeypatch, tmp_path, scripts):
-    """Workers that run ``scripts[name]`` (Python source; ``ENTRY`` is where a worker writes
-    its entry, ``STAMPS`` a file it appends its start and end times to)."""
+    """Workers that run ``scripts[name]`` (Python source; ``NAME`` is the experiment,
+    ``STAMPS`` a file it appends time stamps to, ``done(seconds)`` writes its entry)."""
     stamps = tmp_path / "stamps.txt"
 
     def command(name, preset, workdir):
         entry = reproduce._entry_path(workdir, name)
         return [sys.executable, "-c", f"ENTRY, STAMPS, NAME = {entry!r}, {str(stamps)!r}, "
-                f"{name!r}\n" + textwrap.dedent(scripts[name])]
+                f"{name!r}" + WORKER_PRELUDE + textwrap.dedent(scripts[name])]
 
     monkeypatch.setattr(reproduce, "discover", lambda root=None: list(scripts))
     monkeypatch.setattr(reproduce, "_worker_command", command)
@@ -283,36 +293,26 @@ def _scripted_workers(monkeypatch, tmp_path, scripts):
 
 
 SLEEPER = """
-    import json, time
-    t0 = time.time(); time.sleep(0.6)
-    with open(STAMPS, "a") as f:
-        f.write(f"{NAME} {t0} {time.time()}\\n")
-    with open(ENTRY, "w") as f:
-        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 0.6,
-                   "models": [], "informative": None}, f)
+    import time
+    time.sleep(0.6)
+    done(0.6)
 """
-
-
 BUSY = """
-    import json, time
+    import time
     with open(STAMPS, "a") as f:
         for _ in range(150):  # a time stamp every 10 ms
             f.write(f"{NAME} {time.time()}\\n"); f.flush(); time.sleep(0.01)
-    with open(ENTRY, "w") as f:
-        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 1.5,
-                   "models": [], "informative": None}, f)
+    done(1.5)
 """
 TIMER = """
-    import json, time
+    import time
     from lab import timing
     time.sleep(0.3)
     with timing.alone("a test section"):
         t0 = time.time(); time.sleep(0.6)
     with open(STAMPS, "a") as f:
         f.write(f"section {t0} {time.time()}\\n")
-    with open(ENTRY, "w") as f:
-        json.dump({"name": NAME, "status": "ok", "claims": [], "regime": [], "seconds": 0.9,
-                   "models": [], "informative": None}, f)
+    done(0.9)
 """
 
 
