@@ -316,7 +316,7 @@ def _run_parallel(names: Sequence[str], preset: str, workdir: str, jobs: int,
     queue, running, done = list(names), {}, {}
     grants = timing.Grants(os.path.join(workdir, ".alone"))
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false",  # one accelerator shared
-               **{timing.ENV: grants.directory})
+               **grants.env())
     try:
         while queue or running:
             while queue and len(running) < jobs and not grants.held:

@@ -9,11 +9,13 @@ The section has the host to itself and the rest of the run still overlaps; compi
 warm up before the section, time inside it.
 
 The protocol is files in the directory ``$LAB_ALONE_DIR``, which the scheduler sets for
-its workers: a section writes ``<pid>.<n>.request`` and waits for ``<pid>.<n>.granted``;
-the scheduler (:class:`Grants`) grants one request at a time, after stopping the other
-workers, and continues them once the request file is gone or its process has ended.
-Without ``$LAB_ALONE_DIR`` (a launcher run by hand, ``--jobs=1``) a section does nothing,
-and a section inside a section is part of the outer one.
+its workers (:meth:`Grants.env`, with its own pid in ``$LAB_ALONE_SCHEDULER``): a section
+writes ``<pid>.<n>.request`` and waits for ``<pid>.<n>.granted``; the scheduler
+(:class:`Grants`) grants one request at a time, after stopping the other workers, and
+continues them once the request file is gone or its process has ended. Outside a worker
+(a launcher run by hand, ``--jobs=1``, or a process a worker started, which inherits the
+variables but is not the scheduler's child) a section does nothing, and a section inside
+a section is part of the outer one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Collection, Iterator
 
 from lab.atomic import write_text
 
-ENV = "LAB_ALONE_DIR"
+ENV, SCHEDULER_ENV = "LAB_ALONE_DIR", "LAB_ALONE_SCHEDULER"
 POLL_SECONDS = 0.05
 _sections = itertools.count()
 _depth = 0
@@ -54,7 +56,8 @@ def alone(why: str) -> Iterator[None]:
     directory = os.environ.get(ENV)
     if not why or not isinstance(why, str):
         raise ValueError(f"why={why!r}; expected a non-empty str naming what is timed")
-    if not directory or _depth:
+    worker = directory and os.environ.get(SCHEDULER_ENV) == str(os.getppid())
+    if not worker or _depth:
         _depth += 1
         try:
             yield
@@ -86,6 +89,10 @@ class Grants:
         self.holder: tuple[int, str] | None = None  # (pid, stem) of the granted section
         self.stopped: list[int] = []
         self.granted = 0  # sections granted so far
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that make a child process one of the workers."""
+        return {ENV: self.directory, SCHEDULER_ENV: str(os.getpid())}
 
     @property
     def held(self) -> bool:

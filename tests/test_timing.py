@@ -38,7 +38,7 @@ def _schedule(tmp_path, die=False):
     """Starts two busy workers and one timer under :class:`timing.Grants`, polling as
     ``experiments.reproduce`` does until all exit; returns the stamps and the grants."""
     grants = timing.Grants(str(tmp_path / "alone"))
-    env = dict(os.environ, **{timing.ENV: grants.directory})
+    env = dict(os.environ, **grants.env())
     procs = [subprocess.Popen([sys.executable, "-c", BUSY, str(tmp_path / f"busy{i}"), "1.5"],
                               env=env) for i in range(2)]
     procs.append(subprocess.Popen([sys.executable, "-c", TIMER, str(tmp_path / "timer"),
@@ -79,3 +79,12 @@ def test_without_a_scheduler_a_section_is_a_no_op_and_nests(monkeypatch):
     with pytest.raises(ValueError, match="why=''"):
         with timing.alone(""):
             pass
+
+
+def test_a_process_the_scheduler_did_not_start_runs_its_section_at_once(tmp_path, monkeypatch):
+    """A worker's own child inherits the variables, but its parent is not the scheduler:
+    no request is made (the scheduler would never grant it)."""
+    monkeypatch.setenv(timing.ENV, str(tmp_path))
+    monkeypatch.setenv(timing.SCHEDULER_ENV, str(os.getppid() + 1))
+    with timing.alone("a grandchild's section"):
+        assert os.listdir(tmp_path) == []
