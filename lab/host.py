@@ -84,11 +84,10 @@ COMPILE_CACHE_ENV = "LAB_COMPILE_CACHE"
 def use_compile_cache() -> str | None:
     """Turns on JAX's persistent compilation cache for this process and the processes it
     starts: every program XLA compiles, however quickly, is written to ``$LAB_CACHE/xla``,
-    and a later run of the same program on this host loads it instead of compiling (the
-    main job's programs take about 50 MB). A directory chosen through
-    ``JAX_COMPILATION_CACHE_DIR`` wins; ``LAB_COMPILE_CACHE=off`` leaves the cache off.
-    Launchers and ``experiments.reproduce`` call it; returns the directory, or None when
-    off.
+    and a later run of the same program on this host loads it instead of compiling. A
+    directory chosen through ``JAX_COMPILATION_CACHE_DIR`` wins; ``LAB_COMPILE_CACHE=off``
+    leaves the cache off. Launchers and ``experiments.reproduce`` call it; returns the
+    directory, or None when off.
 
     No size limit is set: with one, JAX takes a file lock around every read and write of
     the cache, and a worker that :func:`lab.timing.alone` stops while it holds the lock
