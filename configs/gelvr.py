@@ -30,7 +30,8 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
         question_types=("identify", "colour"), n_train=4000, n_eval=400))
     c.num_slots = 4               # latent slots between the image and <answer>
     c.sft = ml_collections.ConfigDict(dict(
-        steps=200, batch=16, learning_rate=1e-3, geometry_coef=1.0, cot_weight=1.0))
+        steps=200, batch=16, learning_rate=1e-3, geometry_coef=1.0, cot_weight=1.0,
+        slot_coef=0.0))           # slot_coef > 0: both latent variants also align each slot
     c.rl = ml_collections.ConfigDict(dict(
         steps=60, prompts=4, group=4, learning_rate=3e-4, kappa=200.0, geometry_coef=1.0))
     if preset == "test":

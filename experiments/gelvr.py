@@ -59,6 +59,7 @@ def _checks():
         "rl.group": (lambda v: v >= 2, "an int >= 2"),
         "rl.kappa": (lambda v: v > 0, "> 0"),
         "sft.geometry_coef": (lambda v: v >= 0, ">= 0"),
+        "sft.slot_coef": (lambda v: v >= 0, ">= 0"),
         "rl.geometry_coef": (lambda v: v >= 0, ">= 0"),
     }
 
@@ -134,12 +135,12 @@ def regime_rules(m: dict) -> list[dict]:
 
 def unbound_shortcut(data: T.PerceptionData, seed: int) -> float:
     """Accuracy of answering with an option that is in the image at all (its kind for
-    ``identify``, its colour for ``colour``), ties broken at random."""
+    ``identify`` and ``match``, its colour for ``colour``), ties broken at random."""
     rng = np.random.default_rng(seed)
     right = []
     for i, objs in enumerate(data.objects):
         qt = data.question_type[i]
-        present = ({KINDS[o["kind"]] for o in objs} if qt == "identify"
+        present = ({KINDS[o["kind"]] for o in objs} if qt in ("identify", "match")
                    else {COLOUR_NAMES[o["colour"]] for o in objs})
         ok = [j for j, o in enumerate(data.options[i]) if o in present] or \
             list(range(len(data.options[i])))
@@ -164,8 +165,10 @@ def run(config, workdir: str) -> dict:
                num_steps=config.num_slots, cot_weight=s.cot_weight)
     sft_cfg = {"direct": T.SFTConfig(mode="direct", **sft),
                "text_cot": T.SFTConfig(mode="text", **sft),
-               "latent": T.SFTConfig(mode="latent", geometry_coef=0.0, **sft),
-               "gelvr": T.SFTConfig(mode="latent", geometry_coef=s.geometry_coef, **sft)}
+               "latent": T.SFTConfig(mode="latent", geometry_coef=0.0,
+                                     slot_coef=s.slot_coef, **sft),
+               "gelvr": T.SFTConfig(mode="latent", geometry_coef=s.geometry_coef,
+                                    slot_coef=s.slot_coef, **sft)}
     r = config.rl
     rl = dict(kappa=r.kappa, num_steps=config.num_slots, steps=r.steps, prompts=r.prompts,
               group=r.group, learning_rate=r.learning_rate)

@@ -1,5 +1,6 @@
 """image_qa: ground truth from the objects and the pixels, the target's size at the two
-resolutions, blind baselines near chance (bounds as in test_video.py), bad input."""
+resolutions, blind baselines and one-hop rules near chance (bounds as in test_video.py),
+bad input."""
 
 import datasets
 import numpy as np
@@ -111,11 +112,62 @@ def test_negation_shortcuts_near_chance(negation):
         assert abs(acc - 0.25) < 0.06, (name, acc)
 
 
-def test_default_types_unchanged_and_all_three_mix():
+def test_default_types_unchanged_and_all_four_mix():
     assert set(image_qa(40, 0)["question_type"]) == {"identify", "colour"}
-    mixed = image_qa(300, 0, question_types=IMAGE_QUESTION_TYPES)
+    mixed = image_qa(400, 0, question_types=IMAGE_QUESTION_TYPES)
     assert {q: mixed["question_type"].count(q) for q in IMAGE_QUESTION_TYPES} == {
-        "identify": 100, "colour": 100, "negation": 100}
+        "identify": 100, "colour": 100, "match": 100, "negation": 100}
+
+
+@pytest.fixture(scope="module")
+def match():
+    return image_qa(2000, seed=4, size=32, object_size=(7, 9), distractors=6,
+                    question_types="match").to_list()
+
+
+def test_match_ground_truth(match):
+    # the named kind is unique; exactly it and the target share its colour
+    for r in match[:500]:
+        *distr, anchor, target = r["objects"]
+        assert r["question"] == ("Which object has the same colour as the "
+                                 f"{KINDS[anchor['kind']]}?")
+        assert r["options"][r["answer_index"]] == KINDS[target["kind"]] != KINDS[anchor["kind"]]
+        assert all(o["kind"] != anchor["kind"] for o in distr + [target])
+        assert [o for o in r["objects"] if o["colour"] == anchor["colour"]] == [anchor, target]
+        assert len(distr) == r["n_distractors"] == 6
+
+
+def _match_shortcuts(r, rng):
+    """Three one-hop rules: the option in the picture; the option drawn with a same-coloured
+    partner; the option whose nearest object is nearest the named object."""
+    *others, anchor, target = r["objects"]
+    kinds = [KINDS[o["kind"]] for o in r["objects"]]
+    paired = {KINDS[a["kind"]] for a in r["objects"]
+              if sum(b["colour"] == a["colour"] for b in r["objects"]) >= 2}
+
+    def draw(ok):
+        ok = ok or list(range(len(r["options"])))
+        return ok[int(rng.integers(len(ok)))] == r["answer_index"]
+
+    def gap(option):
+        return min([np.hypot(o["x0"] - anchor["x0"], o["y0"] - anchor["y0"])
+                    for o in others + [target] if KINDS[o["kind"]] == option] or [np.inf])
+
+    gaps = [gap(o) for o in r["options"]]
+    return (draw([i for i, o in enumerate(r["options"]) if o in kinds]),
+            draw([i for i, o in enumerate(r["options"]) if o in paired]),
+            int(np.argmin(gaps)) == r["answer_index"])
+
+
+def test_match_shortcuts_near_chance(match):
+    rng = np.random.default_rng(0)
+    scores = np.mean([_match_shortcuts(r, rng) for r in match], axis=0)
+    assert np.all(np.abs(scores - 0.25) < 0.05), scores
+    # without distractors the partner rule answers every time: the lures are what close it
+    easy = image_qa(200, seed=5, distractors=0, question_types="match").to_list()
+    assert np.mean([_match_shortcuts(r, rng)[1] for r in easy]) == 1.0
+    for name, acc in text_baselines(datasets.Dataset.from_list(match)).items():
+        assert abs(acc - 0.25) < 0.05, (name, acc)
 
 
 @pytest.mark.parametrize("kwargs,message", [

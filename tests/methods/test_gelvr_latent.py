@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from lab.data import image_qa, render_images
+from lab.methods import gelvr
 from lab.methods.gelvr import latent
 from lab.methods.gelvr.policy import hybrid_log_prob
 from lab.methods.gelvr.vmf import mean_resultant_length
@@ -135,3 +136,26 @@ def test_zoom_features_and_low_resolution(setup):
     low = latent.low_resolution(images, 2)
     assert low.shape == images.shape
     np.testing.assert_array_equal(low[:, ::2, ::2], render_images(ds, low=True))
+
+
+def test_perception_targets_visit_the_named_object_then_the_answers(setup):
+    from lab.methods.gelvr import training
+
+    cfg, model, _, _ = setup
+    kw = dict(size=SIZE, low_factor=2, object_size=7, distractors=2)
+    for qts in (("match",), ("identify", "colour")):
+        data = training.perception_data(model, 4, 3, question_types=qts, **kw)
+        ds = image_qa(4, 3, size=SIZE, low_size=8, object_size=7, distractors=2,
+                      question_types=qts)
+        answer = latent.zoom_features(model, data.high, ds["target_box"])
+        assert data.target.shape == (4, 8, 32)
+        if qts == ("match",):     # the anchor's tokens, then the answer's
+            named = latent.zoom_features(model, data.high,
+                                         [training._box(o[-2]) for o in ds["objects"]])
+            np.testing.assert_allclose(data.target, np.concatenate([named, answer], 1),
+                                       atol=1e-6)
+            assert not np.allclose(named, answer)
+        else:                     # one hop: each answer token twice, pooling back to them
+            np.testing.assert_allclose(data.target, np.repeat(answer, 2, 1), atol=1e-6)
+            np.testing.assert_allclose(gelvr.pool_slots(jnp.asarray(data.target), 4), answer,
+                                       atol=1e-6)

@@ -232,6 +232,26 @@ def test_gram_loss_mask_ignores_padded_slots_and_rejects_bad_shapes():
                                [[1 / 3, 1 / 3, 1 / 3, 0, 0], [0, 0, 1 / 3, 1 / 3, 1 / 3]])
 
 
+def test_slot_loss_is_one_minus_each_slots_cosine_with_its_pooled_target():
+    rng = np.random.default_rng(2)
+    targets = rng.normal(size=(2, 8, 6)).astype(np.float32)
+    pooled = targets.reshape(2, 4, 2, 6).mean(2)             # 8 targets -> 4 slots
+    aligned = pooled * rng.uniform(0.5, 3.0, size=(2, 4, 1))
+    assert float(gelvr.slot_alignment_loss(jnp.asarray(aligned), jnp.asarray(targets))) < 1e-6
+    slots = rng.normal(size=(2, 4, 6)).astype(np.float32)
+    cos = (slots * pooled).sum(-1) / np.linalg.norm(slots, axis=-1) / np.linalg.norm(
+        pooled, axis=-1)
+    np.testing.assert_allclose(
+        float(gelvr.slot_alignment_loss(jnp.asarray(slots), jnp.asarray(targets))),
+        np.mean(1 - cos), rtol=1e-5)
+    # unlike the Gram loss it is not rotation invariant: a rotated target moves it
+    rotated = jnp.asarray(aligned @ _orthogonal(rng, 6))
+    assert float(gelvr.slot_alignment_loss(rotated, jnp.asarray(targets))) > 0.1
+    assert float(gelvr.gram_alignment_loss(rotated, jnp.asarray(targets))) < 1e-8
+    with pytest.raises(ValueError, match=r"equal B, d"):
+        gelvr.slot_alignment_loss(jnp.ones((1, 2, 4)), jnp.ones((1, 2, 5)))
+
+
 # ----------------------------------------------------------------------------- hybrid policy
 
 

@@ -14,6 +14,12 @@ Question types:
 - ``colour``: "What colour is the triangle?" (the only triangle); the
   distractors are other kinds, so finding it needs the form, answering needs
   the colour.
+- ``match``: "Which object has the same colour as the triangle?" (two hops: find the
+  named kind, the only one of it; read its colour; find the one other object of that
+  colour, the target; answer its kind). Options are kinds, and every wrong option is
+  drawn in a pair of its own: an object of that kind and a partner in a shared colour,
+  so "the option in the picture" and "the option with a same-coloured partner" answer
+  at chance; only the pair through the named kind answers.
 - ``negation``: "Which of these did not appear?" (``video_qa``'s question on one
   image): ``n_options`` colour-kind pairs, all but one drawn; the asked-about
   objects are the drawn pairs (the target is the last of them), and the
@@ -21,7 +27,9 @@ Question types:
 
 The first distractors are lures: each wrong option's kind (``identify``, in
 another colour) or colour (``colour``, on another kind) is in the image, so
-"the option that is in the picture" does not answer; for ``negation`` the
+"the option that is in the picture" does not answer; for ``match`` each wrong
+option's kind with a same-coloured partner (two lures an option: six distractors
+cover three wrong options); for ``negation`` the
 absent pair's kind (in another colour) and its colour (on another kind), so
 that from two distractors on "the option whose kind or colour is missing"
 does not answer either. The answer and the wrong
@@ -54,7 +62,7 @@ from lab.data.synthetic.render import (
     render,
 )
 
-IMAGE_QUESTION_TYPES = ("identify", "colour", "negation")
+IMAGE_QUESTION_TYPES = ("identify", "colour", "match", "negation")
 DEFAULT_IMAGE_QUESTION_TYPES = ("identify", "colour")
 
 
@@ -73,8 +81,8 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
     Columns: the common ones (``answer`` the option letter; ``difficulty =
     ceil(log2(size / target height)) + distractors // 4 + (noise > 0)``),
     ``question``, ``options``, ``answer_index``, ``question_type``,
-    ``objects`` (drawing order: the distractors, then the asked-about objects, the
-    target last), ``target_box`` (``[x, y, w,
+    ``objects`` (drawing order: the distractors, then the asked-about objects (``match``'s
+    named object, ``negation``'s drawn pairs), the target last), ``target_box`` (``[x, y, w,
     h]`` in full-resolution pixels), ``n_distractors``, ``size``,
     ``low_size``, ``frames`` (1), ``noise``, ``noise_seed``.
     """
@@ -106,6 +114,9 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             (kind, colour), shown = pairs[-1], pairs[1:-1]
             for k, c in shown:
                 asked.append(place(rng, k, c, (0, 1), size, osz, asked, max_speed=0.0))
+        elif qt == "match":                     # the named object, in the target's colour
+            anchor = int(rng.choice([k for k in range(len(KINDS)) if k != kind]))
+            asked.append(place(rng, anchor, colour, (0, 1), size, osz, asked, max_speed=0.0))
         target = place(rng, kind, colour, (0, 1), size, osz, asked, max_speed=0.0)
         if qt == "negation":
             question = "Which of these did not appear?"
@@ -119,6 +130,16 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             picks = [int(k) for k in rng.choice(pool, size=n_options - 1, replace=False)]
             correct, wrong = kind_name(kind), [kind_name(k) for k in picks]
             forced = [(k, None) for k in picks]
+        elif qt == "match":
+            question = f"Which object has the same colour as the {kind_name(anchor)}?"
+            pool = [k for k in range(len(KINDS)) if k not in (kind, anchor)]
+            picks = [int(k) for k in rng.choice(pool, size=n_options - 1, replace=False)]
+            correct, wrong = kind_name(kind), [kind_name(k) for k in picks]
+            shared = rng.choice([c for c in range(len(COLOUR_NAMES)) if c != colour],
+                                size=n_options - 1, replace=False)
+            # each wrong option, then a partner of any kind, in a colour of their own
+            forced = [p for k, c in zip(picks, shared, strict=True)
+                      for p in ((k, int(c)), (None, int(c)))]
         else:
             question = f"What colour is the {kind_name(kind)}?"
             pool = [c for c in range(len(COLOUR_NAMES)) if c != colour]
@@ -133,6 +154,7 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
                 lk, lc = forced[len(objects)]
                 k, c = (k if lk is None else lk), (c if lc is None else lc)
             if ((qt == "identify" and c == colour) or (qt == "colour" and k == kind)
+                    or (qt == "match" and (c == colour or k == anchor))
                     or (qt == "negation" and (k, c) in pairs)):
                 continue
             objects.append(place(rng, k, c, (0, 1), size, osz, objects + asked + [target],

@@ -8,8 +8,9 @@ What this package holds:
 * :mod:`~lab.methods.gelvr.policy`: GePO's hybrid categorical + vMF policy (and the
   Gaussian-policy baseline): per-step log-probabilities and sampling;
 * :mod:`~lab.methods.gelvr.losses`: GeLVR's Gram-matrix alignment loss of latent slots
-  with target visual features, and GePO's objective (the shared policy-gradient loss of
-  :mod:`lab.train` plus the geometry-preserving regulariser) as a Trainer ``loss_fn``;
+  with target visual features, the per-slot alignment it is compared with, and GePO's
+  objective (the shared policy-gradient loss of :mod:`lab.train` plus the
+  geometry-preserving regulariser) as a Trainer ``loss_fn``;
 * :mod:`~lab.methods.gelvr.latent`: reasoning steps between a zoo VLM's image and its
   answer (latent slots fed back from the decoder's state, a text chain, or none), GePO's
   rollouts and the zoomed-target geometry features;
@@ -26,6 +27,7 @@ from lab.methods.gelvr.losses import (
     gram_alignment_loss,
     pool_slots,
     pooling_matrix,
+    slot_alignment_loss,
 )
 from lab.methods.gelvr.policy import (
     FAMILIES,
@@ -50,6 +52,6 @@ __all__ = [
     "FAMILIES", "GePOLoss", "HybridPolicyOutput", "categorical_log_prob", "cosine_gram",
     "gather_slots", "gaussian_log_prob", "gepo_loss", "gram_alignment_loss", "hybrid_log_prob",
     "hybrid_sample", "latent_log_prob", "log_ive", "log_normalizer", "mean_direction",
-    "mean_resultant_length", "pool_slots", "pooling_matrix", "trajectory_log_prob",
-    "vmf_log_prob", "vmf_sample", "latent", "training",
+    "mean_resultant_length", "pool_slots", "pooling_matrix", "slot_alignment_loss",
+    "trajectory_log_prob", "vmf_log_prob", "vmf_sample", "latent", "training",
 ]

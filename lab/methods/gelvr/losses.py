@@ -101,6 +101,27 @@ def gram_alignment_loss(slots: jax.Array, targets: jax.Array,
     return jnp.mean(per_example)
 
 
+def slot_alignment_loss(slots: jax.Array, targets: jax.Array) -> jax.Array:
+    """Latent slots supervised in isolation: the mean over slots and the batch of
+    ``1 - cos(slot_j, target_j)``, the targets pooled to the slots
+    (:func:`pool_slots`). Each slot is pulled towards its own target feature (latent
+    visual reasoning's reconstruction of the region's features, Li et al. 2025, "Latent
+    Visual Reasoning"); nothing constrains the slots' relations, which
+    :func:`gram_alignment_loss` adds. Slots and targets must have the same width.
+
+    Returns a float32 scalar in ``[0, 2]``, zero when every slot points along its target.
+    """
+    if slots.ndim != 3 or targets.ndim != 3 or slots.shape[0] != targets.shape[0] or \
+            slots.shape[-1] != targets.shape[-1]:
+        raise ValueError(f"slot_alignment_loss: slots {slots.shape} and targets "
+                         f"{targets.shape} must be [B, S, d] and [B, S', d] with equal B, d")
+    t = pool_slots(targets, slots.shape[1]).astype(jnp.float32)
+    x = slots.astype(jnp.float32)
+    cos = jnp.sum(x * t, -1) / jnp.maximum(
+        jnp.linalg.norm(x, axis=-1) * jnp.linalg.norm(t, axis=-1), 1e-8)
+    return jnp.mean(1.0 - cos)
+
+
 def gather_slots(latent_mean: jax.Array, slot_positions: jax.Array) -> jax.Array:
     """``[B, T, d]`` per-step head outputs -> ``[B, S, d]`` at the latent steps
     ``slot_positions [B, S]`` (step indices)."""

@@ -39,9 +39,9 @@ import optax
 from flax import nnx
 
 from lab.data import image_qa, render_images
-from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, kind_name
+from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, glyph_shape, kind_name
 from lab.methods.gelvr import latent
-from lab.methods.gelvr.losses import GePOLoss, gram_alignment_loss
+from lab.methods.gelvr.losses import GePOLoss, gram_alignment_loss, slot_alignment_loss
 from lab.train.config import TrainConfig, make_optimizer
 from lab.train.rl import grpo_advantages
 from lab.zoo import vlm as zvlm
@@ -53,8 +53,10 @@ class PerceptionData(NamedTuple):
     """Rows of the task with everything the variants read.
 
     questions / options: lists; answer ``[N]``; high / low ``uint8 [N, H, W, 3]`` (the
-    image at full and at low resolution, same size); target ``[N, 4, D]`` (or None) the
-    geometry target (:func:`lab.methods.gelvr.latent.zoom_features` of the base model);
+    image at full and at low resolution, same size); target ``[N, 8, D]`` (or None) the
+    slots' target, :func:`lab.methods.gelvr.latent.zoom_features` of the base model: for a
+    one-hop question the answer's object, each of its 4 tokens twice; for ``match`` the
+    named object's 4 tokens, then the answer object's (the order a chain visits them);
     cot ``[N, 2]`` the chain's word ids (the target's colour and kind); question_type
     ``[N]``; objects (each row's objects, the target last).
     """
@@ -81,15 +83,30 @@ def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
     ds = image_qa(n, seed, size=size, low_size=size // low_factor, object_size=object_size,
                   distractors=distractors, question_types=question_types)
     high = render_images(ds)
+    if targets:
+        # one hop: the answer's object, each token twice (pooled to 4 slots, its 4 tokens);
+        # match: the named object's 4 tokens, then the answer's (2 slots each)
+        answer = latent.zoom_features(base, high, ds["target_box"])
+        target = np.repeat(answer, 2, axis=1)
+        hops = np.flatnonzero(np.asarray(ds["question_type"]) == "match")
+        if len(hops):
+            named = latent.zoom_features(base, high[hops],
+                                         [_box(ds[int(i)]["objects"][-2]) for i in hops])
+            target[hops] = np.concatenate([named, answer[hops]], 1)
     tok = zvlm.TOKENIZER
     cot = np.array([tok.encode(f"{COLOUR_NAMES[r[-1]['colour']]} {kind_name(r[-1]['kind'])}")
                     for r in ds["objects"]], np.int32)
     return PerceptionData(list(ds["question"]), list(ds["options"]),
                           np.asarray(ds["answer_index"], np.int32), high,
                           latent.low_resolution(high, low_factor),
-                          latent.zoom_features(base, high, ds["target_box"]) if targets
-                          else None, cot,
+                          target if targets else None, cot,
                           np.asarray(ds["question_type"]), list(ds["objects"]))
+
+
+def _box(obj: dict) -> list[int]:
+    """An image_qa object's ``[x, y, w, h]`` in pixels."""
+    h, w = glyph_shape(obj["kind"], obj["size"])
+    return [obj["x0"], obj["y0"], w, h]
 
 
 def _inputs(model, data: PerceptionData, idx, low) -> tuple[zvlm.Batch, dict]:
@@ -109,6 +126,7 @@ class SFTConfig:
     mode: str = "latent"
     num_steps: int = 4
     geometry_coef: float = 0.0
+    slot_coef: float = 0.0
     cot_weight: float = 1.0
     steps: int = 300
     batch: int = 32
@@ -120,9 +138,10 @@ class SFTConfig:
         if self.mode == "latent" and self.num_steps < 2 and self.geometry_coef:
             raise ValueError(f"SFTConfig.num_steps={self.num_steps}: the geometry loss "
                              "needs >= 2 slots")
-        if self.geometry_coef < 0 or self.cot_weight < 0:
-            raise ValueError(f"SFTConfig: geometry_coef={self.geometry_coef} and cot_weight="
-                             f"{self.cot_weight} must be >= 0")
+        if min(self.geometry_coef, self.slot_coef, self.cot_weight) < 0:
+            raise ValueError(f"SFTConfig: geometry_coef={self.geometry_coef}, slot_coef="
+                             f"{self.slot_coef} and cot_weight={self.cot_weight} must be "
+                             ">= 0")
 
     @property
     def steps_between(self) -> int:
@@ -149,7 +168,10 @@ def _sft_loss(model, x, answer, target, cot, coefs, *, grid, mode, num_steps):
     choose = latent.teacher(lm, cot) if mode == "text" else None
     st = latent.run_steps(model, x, grid, num_steps, choose)
     nll = optax.softmax_cross_entropy_with_integer_labels(st.scores, answer).mean()
-    loss, geo = nll, jnp.zeros(())
+    loss, geo, slot = nll, jnp.zeros(()), jnp.zeros(())
+    if mode == "latent" and num_steps >= 1:
+        slot = slot_alignment_loss(st.inputs, target)
+        loss = loss + coefs[2] * slot
     if mode == "latent" and num_steps >= 2:
         geo = gram_alignment_loss(st.inputs, target)
         loss = loss + coefs[0] * geo
@@ -157,7 +179,7 @@ def _sft_loss(model, x, answer, target, cot, coefs, *, grid, mode, num_steps):
         loss = loss + coefs[1] * optax.softmax_cross_entropy_with_integer_labels(
             st.logits, cot).mean()
     acc = (jnp.argmax(st.scores, -1) == answer).mean()
-    return loss, {"nll": nll, "geometry": geo, "acc": acc}
+    return loss, {"nll": nll, "geometry": geo, "slot": slot, "acc": acc}
 
 
 @nnx.jit(static_argnames=("grid", "mode", "num_steps"))
@@ -176,7 +198,7 @@ def train_sft(model, data: PerceptionData, cfg: SFTConfig, *, seed: int, log=Non
     on the batch)."""
     opt = _optimizer(model, cfg.learning_rate, cfg.steps)
     rng = np.random.default_rng([seed, 31])
-    coefs = jnp.asarray([cfg.geometry_coef, cfg.cot_weight], jnp.float32)
+    coefs = jnp.asarray([cfg.geometry_coef, cfg.cot_weight, cfg.slot_coef], jnp.float32)
     curve = []
     for i in range(cfg.steps):
         idx = rng.integers(0, len(data.answer), cfg.batch)
