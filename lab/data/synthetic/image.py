@@ -28,8 +28,8 @@ Question types:
 The first distractors are lures: each wrong option's kind (``identify``, in
 another colour) or colour (``colour``, on another kind) is in the image, so
 "the option that is in the picture" does not answer; for ``match`` each wrong
-option's kind with a same-coloured partner (two lures an option: six distractors
-cover three wrong options); for ``negation`` the
+option's kind and a partner in a colour of their own (two lures an option, so six
+distractors cover three wrong options); for ``negation`` the
 absent pair's kind (in another colour) and its colour (on another kind), so
 that from two distractors on "the option whose kind or colour is missing"
 does not answer either. The answer and the wrong

@@ -16,7 +16,9 @@ AdamW (clip 1, warm-up then cosine); they differ in what stands between the imag
   answer's cross-entropy through every step, plus ``geometry_coef`` times GeLVR's Gram
   alignment of the slots with the zoomed target's visual features
   (:func:`lab.methods.gelvr.gram_alignment_loss`, :func:`~lab.methods.gelvr.latent.
-  zoom_features`); ``geometry_coef = 0`` is "latent slots without the geometry loss".
+  zoom_features`); ``geometry_coef = 0`` is "latent slots without the geometry loss";
+  ``slot_coef`` adds :func:`lab.methods.gelvr.slot_alignment_loss` (each slot towards
+  its own target feature, the slots supervised in isolation) to either.
 
 GePO (:func:`train_gepo`) continues from a latent model: groups of ``group`` rollouts per
 prompt (slots sampled from the vMF policy, or the Gaussian baseline with the same mean
@@ -90,8 +92,9 @@ def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
         target = np.repeat(answer, 2, axis=1)
         hops = np.flatnonzero(np.asarray(ds["question_type"]) == "match")
         if len(hops):
+            objects = ds["objects"]
             named = latent.zoom_features(base, high[hops],
-                                         [_box(ds[int(i)]["objects"][-2]) for i in hops])
+                                         [_box(objects[i][-2]) for i in hops])
             target[hops] = np.concatenate([named, answer[hops]], 1)
     tok = zvlm.TOKENIZER
     cot = np.array([tok.encode(f"{COLOUR_NAMES[r[-1]['colour']]} {kind_name(r[-1]['kind'])}")
@@ -194,8 +197,8 @@ def _sft_step(model, opt, x, answer, target, cot, coefs, *, grid, mode, num_step
 def train_sft(model, data: PerceptionData, cfg: SFTConfig, *, seed: int, log=None
               ) -> list[dict]:
     """Fine-tunes ``model`` in place on ``data`` (random rows, half of each batch at low
-    resolution); returns the curve (every 25 steps: loss, answer nll, Gram loss, accuracy
-    on the batch)."""
+    resolution); returns the curve (every 25 steps: loss, answer nll, Gram loss, per-slot
+    loss, accuracy on the batch)."""
     opt = _optimizer(model, cfg.learning_rate, cfg.steps)
     rng = np.random.default_rng([seed, 31])
     coefs = jnp.asarray([cfg.geometry_coef, cfg.cot_weight, cfg.slot_coef], jnp.float32)
