@@ -1,7 +1,8 @@
 """GeLVR's reasoning steps on a zoo VLM: zero steps is the zoo's scoring; a teacher-forced
 word chain equals the zoo's scoring of a prompt with those words spliced in (positions,
 masks and M-RoPE rows of the steps); latent slots are the final-normed hidden states;
-the rollout's recorded actions replay to the same trajectory; the zoom target."""
+the rollout's recorded actions replay to the same trajectory; the zoom target and the
+slots' targets in a chain's order (the named object, then the answer's)."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ from flax import nnx
 
 from lab.data import image_qa, render_images
 from lab.methods import gelvr
-from lab.methods.gelvr import latent
+from lab.methods.gelvr import latent, training
 from lab.methods.gelvr.policy import hybrid_log_prob
 from lab.methods.gelvr.vmf import mean_resultant_length
 from lab.nn import VLM
@@ -139,8 +140,6 @@ def test_zoom_features_and_low_resolution(setup):
 
 
 def test_perception_targets_visit_the_named_object_then_the_answers(setup):
-    from lab.methods.gelvr import training
-
     cfg, model, _, _ = setup
     kw = dict(size=SIZE, low_factor=2, object_size=7, distractors=2)
     for qts in (("match",), ("identify", "colour")):

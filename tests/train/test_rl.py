@@ -434,8 +434,8 @@ def unannealed_cot_xs():
 @pytest.mark.deep
 @pytest.mark.parametrize("reward", ["exact_match", "coin_flip"])
 def test_rl_raises_held_out_accuracy_of_an_unannealed_cot_xs(unannealed_cot_xs, reward):
-    # measured (EPYC): 0.470 before; exact match 0.600 after 150 steps, a coin-flip reward
-    # 0.383, gold-chain SFT 0.653: the gain comes from the reward, not from the updates
+    # the coin flip updates the model as often, with no signal: the gain must come from
+    # the reward (docs/rl.md has the measured numbers)
     rng = np.random.default_rng(0)
     rewards.register("coin_flip")(
         lambda prompts, completions, **_: [float(x) for x in rng.integers(0, 2, len(completions))])
