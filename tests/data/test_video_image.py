@@ -8,7 +8,14 @@ import pytest
 
 from lab.data import downsample, extract_answer, generate, image_qa, render_images
 from lab.data.synthetic.image import IMAGE_QUESTION_TYPES
-from lab.data.synthetic.render import COLOUR_NAMES, COLOURS, KINDS, entity_name, glyph
+from lab.data.synthetic.render import (
+    COLOUR_NAMES,
+    COLOURS,
+    KINDS,
+    entity_name,
+    glyph,
+    object_box,
+)
 from lab.data.synthetic.shortcuts import text_baselines
 
 
@@ -135,6 +142,7 @@ def test_match_ground_truth(match):
         assert all(o["kind"] != anchor["kind"] for o in distr + [target])
         assert [o for o in r["objects"] if o["colour"] == anchor["colour"]] == [anchor, target]
         assert len(distr) == r["n_distractors"] == 6
+        assert r["target_box"] == object_box(target)
 
 
 def _match_shortcuts(r, rng):

@@ -4,10 +4,13 @@ rules on fabricated results (each rule seen holding and failing)."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 from configs.gelvr import get_config
 from experiments import gelvr as exp
+from lab.data import image_qa
+from lab.methods.gelvr.training import PerceptionData
 
 
 def test_gelvr_runs_end_to_end_at_the_test_preset(tmp_path):
@@ -99,3 +102,22 @@ def test_bad_config_names_the_key():
     c.num_slots = 1
     with pytest.raises(ValueError, match=r"num_slots"):
         exp.check_config(c)
+    c = get_config("test")
+    c.sft.slot_coef = -1.0
+    with pytest.raises(ValueError, match=r"sft.slot_coef"):
+        exp.check_config(c)
+
+
+def _rows(n, **kw):
+    ds = image_qa(n, 0, size=32, low_size=16, object_size=(7, 9), question_types="match",
+                  **kw)
+    return PerceptionData(list(ds["question"]), list(ds["options"]),
+                          np.asarray(ds["answer_index"]), None, None, None, None,
+                          np.asarray(ds["question_type"]), list(ds["objects"]))
+
+
+def test_unbound_shortcut_reads_kinds_on_match_and_is_closed_by_the_lures():
+    # match's options are kinds: with lures every option is in the picture (chance); with
+    # no distractors only the answer's kind is, and the shortcut answers every row
+    assert abs(exp.unbound_shortcut(_rows(800, distractors=6), 0) - 0.25) < 0.05
+    assert exp.unbound_shortcut(_rows(100, distractors=0), 0) == 1.0

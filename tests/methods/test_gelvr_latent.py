@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from lab.data import image_qa, render_images
+from lab.data.synthetic.render import object_box
 from lab.methods import gelvr
 from lab.methods.gelvr import latent, training
 from lab.methods.gelvr.policy import hybrid_log_prob
@@ -150,7 +151,7 @@ def test_perception_targets_visit_the_named_object_then_the_answers(setup):
         assert data.target.shape == (4, 8, 32)
         if qts == ("match",):     # the anchor's tokens, then the answer's
             named = latent.zoom_features(model, data.high,
-                                         [training._box(o[-2]) for o in ds["objects"]])
+                                         [object_box(o[-2]) for o in ds["objects"]])
             np.testing.assert_allclose(data.target, np.concatenate([named, answer], 1),
                                        atol=1e-6)
             assert not np.allclose(named, answer)

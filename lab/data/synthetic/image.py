@@ -55,9 +55,9 @@ from lab.data.synthetic.render import (
     check_images,
     check_n_options,
     entity_name,
-    glyph_shape,
     kind_name,
     multiple_choice,
+    object_box,
     place,
     render,
 )
@@ -160,7 +160,6 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             objects.append(place(rng, k, c, (0, 1), size, osz, objects + asked + [target],
                                  max_speed=0.0))
         options, answer, prompt = multiple_choice(rng, correct, wrong, question)
-        h, w = glyph_shape(target["kind"], target["size"])
         rows.append({
             "prompt": prompt, "completion": answer_line(LETTERS[answer]),
             "answer": LETTERS[answer],
@@ -168,7 +167,7 @@ def image_qa(n: int, seed: int = 0, *, size: int = 128, low_size: int = 32,
             + int(noise > 0),
             "task": "image_qa", "question": question, "options": options,
             "answer_index": answer, "question_type": qt, "objects": objects + asked + [target],
-            "target_box": [target["x0"], target["y0"], w, h], "n_distractors": nd,
+            "target_box": object_box(target), "n_distractors": nd,
             "size": int(size), "low_size": int(low_size), "frames": 1, "noise": float(noise),
             "noise_seed": int(rng.integers(2**31)),
         })

@@ -60,6 +60,13 @@ def glyph_shape(kind: int, size: int) -> tuple[int, int]:
     return (size, size) if kind < len(SHAPES) else (size, max(3, round(size * 5 / 7)))
 
 
+def object_box(obj: dict) -> list[int]:
+    """``[x, y, w, h]`` of an image object (its first-frame top-left corner and glyph size,
+    in pixels): what :func:`lab.data.image_qa` records as ``target_box``."""
+    h, w = glyph_shape(obj["kind"], obj["size"])
+    return [obj["x0"], obj["y0"], w, h]
+
+
 @functools.cache
 def glyph(kind: int, size: int) -> np.ndarray:
     """Boolean mask ``[h, w]`` of ``kind`` at ``size`` pixels tall (cached)."""

@@ -41,7 +41,7 @@ import optax
 from flax import nnx
 
 from lab.data import image_qa, render_images
-from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, glyph_shape, kind_name
+from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, kind_name, object_box
 from lab.methods.gelvr import latent
 from lab.methods.gelvr.losses import GePOLoss, gram_alignment_loss, slot_alignment_loss
 from lab.train.config import TrainConfig, make_optimizer
@@ -94,7 +94,7 @@ def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
         if len(hops):
             objects = ds["objects"]
             named = latent.zoom_features(base, high[hops],
-                                         [_box(objects[i][-2]) for i in hops])
+                                         [object_box(objects[i][-2]) for i in hops])
             target[hops] = np.concatenate([named, answer[hops]], 1)
     tok = zvlm.TOKENIZER
     cot = np.array([tok.encode(f"{COLOUR_NAMES[r[-1]['colour']]} {kind_name(r[-1]['kind'])}")
@@ -104,12 +104,6 @@ def perception_data(base, n: int, seed: int, *, size: int, low_factor: int,
                           latent.low_resolution(high, low_factor),
                           target if targets else None, cot,
                           np.asarray(ds["question_type"]), list(ds["objects"]))
-
-
-def _box(obj: dict) -> list[int]:
-    """An image_qa object's ``[x, y, w, h]`` in pixels."""
-    h, w = glyph_shape(obj["kind"], obj["size"])
-    return [obj["x0"], obj["y0"], w, h]
 
 
 def _inputs(model, data: PerceptionData, idx, low) -> tuple[zvlm.Batch, dict]:
