@@ -27,6 +27,7 @@ Energy proxy: see :mod:`lab.methods.s2net.metrics`.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -79,7 +80,9 @@ def _checks():
     return {"impl": (lambda v: v in ("", "xla", "pallas"), '"", "xla" or "pallas"'),
             "tasks": (_valid_tasks, f"comma-separated names out of {','.join(TASKS)}"),
             "model.n_neurons": pos, "model.window": pos, "model.delay": pos,
-            "model.period": pos, "binding.size": (lambda v: v >= 4, "an int >= 4"),
+            "model.period": pos, "n_seeds": (lambda v: isinstance(v, int) and v >= 1,
+                                             "an int >= 1"),
+            "binding.size": (lambda v: v >= 4, "an int >= 4"),
             "binding.n_objects": (lambda v: v >= 2, "an int >= 2"),
             "binding.train_steps": steps, "reasoning.train_steps": steps,
             "decoding.train_steps": steps, "signal.train_steps": steps}
@@ -110,19 +113,26 @@ def _generator(task: str, config):
     return lambda s, i, b: s2.signal_batch(s, i, b, steps=t.steps, noise=t.noise)
 
 
+def seeds_of(config) -> tuple[int, ...]:
+    """The training seeds: ``config.seed`` and the ``config.n_seeds - 1`` after it."""
+    return tuple(range(config.seed, config.seed + config.n_seeds))
+
+
 def _task_data(task: str, config):
-    """Returns ``(batch_fn, eval_batches, n_in, n_out)`` for a task."""
-    t, seed = config[task], config.seed
+    """Returns ``(batch_fn, eval_batches, n_in, n_out)`` for a task: ``batch_fn(seed,
+    step)`` draws a training batch; the evaluation batches come from ``config.seed`` alone,
+    so every training seed and every untrained baseline is scored on the same samples."""
+    t = config[task]
     gen = _generator(task, config)
     n_in, n_out = {"binding": (None, None), "reasoning": (2 * t.get("n_features", 0), 2),
                    "decoding": (t.get("n_in"), t.get("n_classes")),
                    "signal": (2, len(s2.tasks.SIGNAL_CLASSES))}[task]
-    evals = [gen(seed + 1000, i, t.eval_batch) for i in range(t.eval_batches)]
-    return (lambda step: gen(seed, step, t.batch)), evals, n_in, n_out
+    evals = [gen(config.seed + 1000, i, t.eval_batch) for i in range(t.eval_batches)]
+    return (lambda seed, step: gen(seed, step, t.batch)), evals, n_in, n_out
 
 
-def _build(kind: str, task: str, config, n_in, n_out):
-    m, seed = config.model, config.seed
+def _build(kind: str, task: str, config, n_in, n_out, seed: int):
+    m = config.model
     dyn = s2.Dynamics(beta=m.beta, threshold=m.threshold, period=m.period, window=m.window,
                       delay=m.delay, slope=m.slope)
     impl = config.impl or None
@@ -188,6 +198,22 @@ def _energy(kind: str, task: str, config, spikes: float, evals, n_in, n_out) -> 
 def _score(values) -> dict:
     v = np.asarray(values, np.float64)
     return {"score": float(v.mean()), "se": s2.metrics.standard_error(v)}
+
+
+def over_seeds(per_seed: list[dict]) -> dict:
+    """One model's entry from its per-seed entries: the mean of each number, ``se`` the
+    standard error over the seeds (the spread between training runs, which on these tasks
+    is far larger than the evaluation samples'; with one seed, that seed's sample SE),
+    ``eval_se`` the mean sample SE and ``seed_scores`` each seed's score."""
+    keys = [k for k in per_seed[0] if k not in ("se", "seconds")]
+    scores = [e["score"] for e in per_seed]
+    entry = {k: float(np.mean([e[k] for e in per_seed])) for k in keys}
+    entry["se"] = (s2.metrics.standard_error(scores) if len(per_seed) > 1
+                   else float(per_seed[0]["se"]))
+    entry["eval_se"] = float(np.mean([e["se"] for e in per_seed]))
+    entry["seed_scores"] = [float(s) for s in scores]
+    entry["seconds"] = float(sum(e["seconds"] for e in per_seed))
+    return entry
 
 
 def baselines(config, evals: dict) -> dict:
@@ -359,35 +385,46 @@ def run(config, workdir: str) -> dict:
             loss = s2.classify_loss(t.get("spike_penalty", config.model.spike_penalty))
         table[task] = {}
         for kind in models_for(task):
-            t0 = time.time()
-            model = _build(kind, task, config, n_in, n_out)
-            model, history = s2.fit(model, loss, batch_fn, steps=t.train_steps,
-                                    learning_rate=t.learning_rate, seed=config.seed)
-            ev = s2.evaluate(model, evals, task="binding" if task == "binding" else "classify",
-                             seed=config.seed + 7, n_groups=t.get("n_objects", 2))
-            metric = "ari" if task == "binding" else "accuracy"
-            energy = _energy(kind, task, config, ev["spikes"], evals, n_in, n_out)
-            entry = {"score": ev[metric], "se": ev[f"{metric}_se"], "spikes": ev["spikes"],
-                     **energy, "params": s2.n_params(model),
-                     "final_loss": history[-1]["loss"], "seconds": time.time() - t0}
+            per_seed = []
+            for seed in seeds_of(config):
+                t0 = time.time()
+                model = _build(kind, task, config, n_in, n_out, seed)
+                model, history = s2.fit(model, loss, functools.partial(batch_fn, seed),
+                                        steps=t.train_steps, learning_rate=t.learning_rate,
+                                        seed=seed)
+                ev = s2.evaluate(model, evals,
+                                 task="binding" if task == "binding" else "classify",
+                                 seed=seed + 7, n_groups=t.get("n_objects", 2))
+                metric = "ari" if task == "binding" else "accuracy"
+                energy = _energy(kind, task, config, ev["spikes"], evals, n_in, n_out)
+                per_seed.append({"score": ev[metric], "se": ev[f"{metric}_se"],
+                                 "spikes": ev["spikes"], **energy,
+                                 "params": s2.n_params(model),
+                                 "final_loss": history[-1]["loss"],
+                                 "seconds": time.time() - t0})
+                logging.info("s2net %s/%s seed %d: score %.3f, %.3g pJ, %.1f spikes (%.0f s)",
+                             task, kind, seed, ev[metric], energy["pj"], ev["spikes"],
+                             per_seed[-1]["seconds"])
+            entry = over_seeds(per_seed)
             table[task][kind] = entry
             rows.append({"task": task, "model": kind,
-                         "metric": "ARI" if task == "binding" else "accuracy", **entry})
-            logging.info("s2net %s/%s: score %.3f, %.3g pJ, %.1f spikes (%.0f s)", task, kind,
-                         entry["score"], energy["pj"], ev["spikes"], entry["seconds"])
+                         "metric": "ARI" if task == "binding" else "accuracy", **entry,
+                         "seeds": ", ".join(f"{s:.2f}" for s in entry["seed_scores"])})
     base = baselines(config, all_evals)
     results = {"table": table, "baselines": base, "claims": _claims(table, base),
                "regime": regime_checks(table, base), "seconds": time.time() - started}
     plots = [_plot(table, base, workdir)]
-    cols = ["task", "model", "metric", "score", "se", "pj", "spikes", "mac", "ac", "params",
-            "seconds"]
+    cols = ["task", "model", "metric", "score", "se", "seeds", "pj", "spikes", "mac", "ac",
+            "params", "seconds"]
     base_rows = [{"task": task, "baseline": name, **entry}
                  for task in base for name, entry in base[task].items()]
     report = ("## Accuracy and energy proxy per task and model\n\n"
-              "score: ARI of phase clusters (binding) or test accuracy, se its standard error "
-              "over evaluation samples; pj: energy proxy per sample in picojoules (4.6 pJ/MAC, "
-              "0.9 pJ/AC, Horowitz 2014); spikes: spikes per sample; seconds: training + "
-              "evaluation time. Counting rules in `lab.methods.s2net.metrics`; for binding "
+              f"score: ARI of phase clusters (binding) or test accuracy, the mean over "
+              f"{config.n_seeds} training seeds (seeds: each seed's score; every seed is "
+              "scored on the same evaluation samples), se its standard error over the "
+              "seeds; pj: energy proxy per sample in picojoules (4.6 pJ/MAC, 0.9 pJ/AC, "
+              "Horowitz 2014); spikes: spikes per sample; seconds: training + evaluation "
+              "time over the seeds. Counting rules in `lab.methods.s2net.metrics`; for binding "
               "every model is charged for the object pixels only. Binding's `cnn` is the "
               "trained feed-forward conv (per frame, pooled over time), a shortcut baseline."
               "\n\n" + outputs.markdown_table(rows, cols) +
@@ -408,13 +445,17 @@ def run(config, workdir: str) -> dict:
 
 def main_table(results) -> list[dict]:
     """The results page's table: one row per task and model or baseline (the trained models,
-    then the untrained rules, oracles and no-context readout), score and standard error."""
+    then the untrained rules, oracles and no-context readout), score and standard error (a
+    model's over its training seeds, whose scores ``seeds`` lists)."""
     rows = []
     for task, models in results["table"].items():
         rows += [{"task": task, "entry": name, "kind": "model", "score": m["score"],
-                  "se": m["se"]} for name, m in models.items()]
+                  "se": m["se"],
+                  "seeds": ", ".join(f"{s:.2f}" for s in m.get("seed_scores", ()))}
+                 for name, m in models.items()]
         rows += [{"task": task, "entry": name, "kind": "baseline", "score": b["score"],
-                  "se": b["se"]} for name, b in results.get("baselines", {}).get(task, {}).items()]
+                  "se": b["se"], "seeds": ""}
+                 for name, b in results.get("baselines", {}).get(task, {}).items()]
     return rows
 
 

@@ -30,6 +30,9 @@ def test_s2net_runs_end_to_end_on_the_binding_and_reasoning_tasks(tmp_path):
             entry = results["table"][task][kind]
             assert -1.0 <= entry["score"] <= 1.0 and entry["pj"] > 0, (task, kind, entry)
             assert (entry["spikes"] > 0) == (kind in ("s2net", "snn")), (task, kind)
+            # every model trained from each of the preset's seeds; the score is their mean
+            assert len(entry["seed_scores"]) == config.n_seeds == 2
+            assert entry["score"] == pytest.approx(sum(entry["seed_scores"]) / 2)
     assert set(results["baselines"]["binding"]) == {*s2net.SHORTCUTS, "oracle", "oracle_window"}
     assert set(results["baselines"]["reasoning"]) == {"chance", "no_context", "oracle"}
     report = (tmp_path / "report.md").read_text()
@@ -45,6 +48,21 @@ def test_s2net_runs_end_to_end_on_the_sequence_tasks(tmp_path):
         c["claim"][:40] for c in s2net._claims(results["table"], {})]
     assert len(results["claims"]) == 3 and results["regime"] == []
     assert results["table"]["decoding"]["s2net"]["spikes"] > 0
+
+
+def test_a_models_entry_is_the_mean_over_seeds_with_the_spread_between_them_as_its_se():
+    per_seed = [{"score": s, "se": 0.01, "pj": p, "spikes": 2.0, "seconds": 3.0}
+                for s, p in ((0.7, 10.0), (0.1, 20.0), (0.7, 30.0))]
+    entry = s2net.over_seeds(per_seed)
+    assert entry["score"] == pytest.approx(0.5) and entry["pj"] == pytest.approx(20.0)
+    # std(ddof=1) of (0.7, 0.1, 0.7) over sqrt(3): 0.2, twenty times the samples' SE
+    assert entry["se"] == pytest.approx(0.2) and entry["eval_se"] == pytest.approx(0.01)
+    assert entry["seed_scores"] == [0.7, 0.1, 0.7] and entry["seconds"] == 9.0
+    # one seed: the evaluation samples' SE is all there is
+    assert s2net.over_seeds(per_seed[:1])["se"] == 0.01
+    config = get_config("default")
+    config.seed, config.n_seeds = 5, 3
+    assert s2net.seeds_of(config) == (5, 6, 7)
 
 
 def _entry(score, se=0.01, pj=10.0):
