@@ -80,8 +80,9 @@ def _checks():
     return {"impl": (lambda v: v in ("", "xla", "pallas"), '"", "xla" or "pallas"'),
             "tasks": (_valid_tasks, f"comma-separated names out of {','.join(TASKS)}"),
             "model.n_neurons": pos, "model.window": pos, "model.delay": pos,
-            "model.period": pos, "n_seeds": (lambda v: isinstance(v, int) and v >= 1,
-                                             "an int >= 1"),
+            "model.period": pos,
+            "seeds": (lambda v: len(v) >= 1 and all(isinstance(s, int) for s in v),
+                      "a non-empty tuple of ints"),
             "binding.size": (lambda v: v >= 4, "an int >= 4"),
             "binding.n_objects": (lambda v: v >= 2, "an int >= 2"),
             "binding.train_steps": steps, "reasoning.train_steps": steps,
@@ -113,15 +114,11 @@ def _generator(task: str, config):
     return lambda s, i, b: s2.signal_batch(s, i, b, steps=t.steps, noise=t.noise)
 
 
-def seeds_of(config) -> tuple[int, ...]:
-    """The training seeds: ``config.seed`` and the ``config.n_seeds - 1`` after it."""
-    return tuple(range(config.seed, config.seed + config.n_seeds))
-
-
 def _task_data(task: str, config):
     """Returns ``(batch_fn, eval_batches, n_in, n_out)`` for a task: ``batch_fn(seed,
-    step)`` draws a training batch; the evaluation batches come from ``config.seed`` alone,
-    so every training seed and every untrained baseline is scored on the same samples."""
+    step)`` draws a training batch; the evaluation batches come from ``config.seed``, so
+    every training seed of ``config.seeds`` and every untrained baseline is scored on the
+    same samples."""
     t = config[task]
     gen = _generator(task, config)
     n_in, n_out = {"binding": (None, None), "reasoning": (2 * t.get("n_features", 0), 2),
@@ -386,7 +383,7 @@ def run(config, workdir: str) -> dict:
         table[task] = {}
         for kind in models_for(task):
             per_seed = []
-            for seed in seeds_of(config):
+            for seed in config.seeds:
                 t0 = time.time()
                 model = _build(kind, task, config, n_in, n_out, seed)
                 model, history = s2.fit(model, loss, functools.partial(batch_fn, seed),
@@ -420,7 +417,7 @@ def run(config, workdir: str) -> dict:
                  for task in base for name, entry in base[task].items()]
     report = ("## Accuracy and energy proxy per task and model\n\n"
               f"score: ARI of phase clusters (binding) or test accuracy, the mean over "
-              f"{config.n_seeds} training seeds (seeds: each seed's score; every seed is "
+              f"{len(config.seeds)} training seeds (seeds: each seed's score; every seed is "
               "scored on the same evaluation samples), se its standard error over the "
               "seeds; pj: energy proxy per sample in picojoules (4.6 pJ/MAC, 0.9 pJ/AC, "
               "Horowitz 2014); spikes: spikes per sample; seconds: training + evaluation "

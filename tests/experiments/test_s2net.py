@@ -31,7 +31,7 @@ def test_s2net_runs_end_to_end_on_the_binding_and_reasoning_tasks(tmp_path):
             assert -1.0 <= entry["score"] <= 1.0 and entry["pj"] > 0, (task, kind, entry)
             assert (entry["spikes"] > 0) == (kind in ("s2net", "snn")), (task, kind)
             # every model trained from each of the preset's seeds; the score is their mean
-            assert len(entry["seed_scores"]) == config.n_seeds == 2
+            assert len(entry["seed_scores"]) == len(config.seeds) == 2
             assert entry["score"] == pytest.approx(sum(entry["seed_scores"]) / 2)
     assert set(results["baselines"]["binding"]) == {*s2net.SHORTCUTS, "oracle", "oracle_window"}
     assert set(results["baselines"]["reasoning"]) == {"chance", "no_context", "oracle"}
@@ -60,9 +60,6 @@ def test_a_models_entry_is_the_mean_over_seeds_with_the_spread_between_them_as_i
     assert entry["seed_scores"] == [0.7, 0.1, 0.7] and entry["seconds"] == 9.0
     # one seed: the evaluation samples' SE is all there is
     assert s2net.over_seeds(per_seed[:1])["se"] == 0.01
-    config = get_config("default")
-    config.seed, config.n_seeds = 5, 3
-    assert s2net.seeds_of(config) == (5, 6, 7)
 
 
 def _entry(score, se=0.01, pj=10.0):
@@ -169,6 +166,10 @@ def test_bad_config_fails_before_any_work(tmp_path):
     config = get_config("test")
     config.tasks = "binding,vision"
     with pytest.raises(ValueError, match="config.tasks='binding,vision' is invalid"):
+        s2net.run(config, str(tmp_path))
+    config = get_config("test")
+    config.seeds = ()
+    with pytest.raises(ValueError, match=r"config.seeds=\(\) is invalid.*non-empty tuple"):
         s2net.run(config, str(tmp_path))
     assert not os.listdir(tmp_path)
 
