@@ -32,7 +32,8 @@ def _fab(maze=0.6, fixed=0.25, random=0.15, multimaze=0.65, bon=0.95, m=3, n=16,
     calls = {name: 1 for name in exp.METHODS}
     calls.update(multimaze=m, best_of_n=n)
     return {"accuracy": acc, "calls": calls, "auc": auc, "spread": spread,
-            "reader": reader, "majority": majority, "chance": 0.125}
+            "reader": reader, "majority": majority, "chance": 0.2,
+            "answer_chance": 0.0625}
 
 
 def _holds(rules):
@@ -48,8 +49,8 @@ def test_claim_rules_hold_and_fail():
 
 def test_regime_rules_hold_and_fail():
     assert _holds(exp.regime_rules(_fab())) == [True] * 4
-    for i, kw in enumerate([dict(spread=0.1), dict(reader=0.5), dict(zero=0.4),
-                            dict(majority=0.3)]):
+    for i, kw in enumerate([dict(spread=0.1), dict(reader=0.5), dict(zero=0.31),
+                            dict(majority=0.17)]):
         assert _holds(exp.regime_rules(_fab(**kw)))[i] is False, kw
 
 
