@@ -18,8 +18,10 @@ Tasks:
 Models: S²-Net; the same SNN without synchronisation; Kuramoto oscillators without
 spikes; an equal-size ANN (binding: a recurrent grid conv, :class:`ConvRNN`; sequences:
 a tanh RNN with the same neurons, scaffold, encoder and readout). Every model of a task
-gets the same data, training steps, batch and learning rate. Scores carry standard
-errors over evaluation samples; a difference's SE is ``sqrt(se_a^2 + se_b^2)``.
+gets the same data, training steps, batch and learning rate, and trains once from each
+of ``config.seeds``; a model's score is the mean over its seeds and its standard error
+is over the seeds (an untrained baseline's over evaluation samples); a difference's SE
+is ``sqrt(se_a^2 + se_b^2)``.
 Energy proxy: see :mod:`lab.methods.s2net.metrics`.
 
   python -m experiments.s2net --config=configs/s2net.py:default --workdir=/tmp/s2net
