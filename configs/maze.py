@@ -6,7 +6,8 @@ Run:
 A reader LM is trained in the run on lab.methods.maze.RuleTask (it applies the rule of the
 exemplar next to the query); a test world hides each query tag's rule. The path scorer is
 trained on logged random trajectories of the training queries; every method is scored on
-held-out queries. Presets: ``test`` (seconds), ``default`` (the report), ``paper``.
+held-out queries, once per seed of ``seeds``. Presets: ``test`` (seconds), ``default``
+(the report), ``paper``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     preset = check_preset(preset)
     c = ml_collections.ConfigDict()
     c.preset = preset
-    c.seed = 0
+    # Each seed draws its own rules, pool, queries, reader and scorer; the claims and the
+    # regime read the means over seeds. One seed is not enough: MultiMaze's share of
+    # best-of-N's gain was 0.57, 0.64, 0.35, 0.62, 0.37 on seeds 0-4.
+    c.seeds = (0, 1, 2, 3, 4)
     c.task = ml_collections.ConfigDict(dict(n_values=16, n_rules=8, n_tags=8, k=3))
     c.reader = ml_collections.ConfigDict(dict(steps=600, batch=128, learning_rate=3e-3,
                                               d_model=48, n_layers=2))
@@ -37,6 +41,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.m = 3                    # MultiMaze calls
     c.n = 16                   # best-of-N / self-consistency samples
     if preset == "test":
+        c.seeds = (0, 1)
         c.reader.update(steps=60, batch=32, d_model=16, n_layers=1)
         c.n_train, c.n_test, c.logged, c.regime_samples, c.n_fixed = 16, 16, 4, 8, 4
         c.scorer.update(steps=10)

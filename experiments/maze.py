@@ -50,6 +50,8 @@ def _checks():
     return {"n_train": pos, "n_test": pos, "logged": (lambda v: v >= 2, "an int >= 2"),
             "regime_samples": (lambda v: v >= 2, "an int >= 2"), "n_fixed": pos,
             "beam": pos, "m": pos, "n": pos, "pool_size": pos, "task.k": pos,
+            "seeds": (lambda v: len(v) >= 1 and all(isinstance(s, int) for s in v),
+                      "a non-empty tuple of ints"),
             "scorer.steps": pos, "reader.steps": pos}
 
 
@@ -115,20 +117,19 @@ def _outcomes(lm, queries, answers, paths):
     return (lm(items).reshape(n, r) == np.asarray(answers)[:, None]).astype(np.float32)
 
 
-def run(config, workdir: str) -> dict:
-    """Trains the reader and the path scorer, runs every method on held-out queries;
-    writes results.json, report.md and a plot; returns the results."""
-    check_config(config)
+def run_seed(config, seed: int) -> dict:
+    """One seed's world (its rules, pool and queries), reader, logged outcomes and path
+    scorer; every method on its held-out queries. Returns the measured numbers."""
     t0 = time.time()
-    task = maze.RuleTask(seed=config.seed, **config.task)
+    task = maze.RuleTask(seed=seed, **config.task)
     k, pool_n = task.k, config.pool_size
-    model, rl = maze.train_reader(task, seed=config.seed, **config.reader)
-    rng = np.random.default_rng([config.seed, 1])
+    model, rl = maze.train_reader(task, seed=seed, **config.reader)
+    rng = np.random.default_rng([seed, 1])
     tok, y = task.reader_batch(rng, 512)
     reader = float(np.mean(np.asarray(model(tok)[:, -1, :task.n_values]).argmax(-1) == y))
     timing = {"reader_train_s": time.time() - t0}
 
-    pool, pi, tags, qa, ans = task.world(pool_n, config.n_train + config.n_test, config.seed)
+    pool, pi, tags, qa, ans = task.world(pool_n, config.n_train + config.n_test, seed)
     queries = list(zip(tags.tolist(), qa.tolist(), strict=True))
     tr, te = slice(0, config.n_train), slice(config.n_train, None)
     q_tr, q_te, a_tr, a_te = queries[tr], queries[te], ans[tr], ans[te]
@@ -145,7 +146,7 @@ def run(config, workdir: str) -> dict:
     logged_calls = lm.calls
     t2 = time.time()
     scorer = maze.PathScorer(pool_emb.shape[1], k, config.scorer.hidden,
-                             rngs=nnx.Rngs(config.seed))
+                             rngs=nnx.Rngs(seed))
     losses = maze.train_path_scorer(scorer, q_emb[tr], pool_emb, paths_tr, succ_tr,
                                     steps=config.scorer.steps,
                                     learning_rate=config.scorer.learning_rate,
@@ -206,7 +207,7 @@ def run(config, workdir: str) -> dict:
     acc["self_consistency"], calls["self_consistency"] = float(sc.mean()), n
     wall["self_consistency"] = wall["best_of_n"]
     def sampled_zero_shot():
-        got["z"] = lm.sample(q_te, None, n, config.seed, zero_shot=True)
+        got["z"] = lm.sample(q_te, None, n, seed, zero_shot=True)
         return (got["z"] == a_te[:, None]).any(1)
 
     measure("best_of_n_zero_shot", sampled_zero_shot, n)
@@ -234,14 +235,51 @@ def run(config, workdir: str) -> dict:
                 "scorer_loss": {"first": float(losses[0]), "last": float(losses[-1])},
                 "reader_loss_last": float(rl[-1]), "fixed_train_acc": float(cand_acc.max())}
     timing["total_s"] = time.time() - t0
+    return dict(measured, seed=seed, timing=timing, scorer_losses=losses.tolist())
+
+
+def over_seeds(per_seed: list[dict]) -> dict:
+    """The numbers the claims and regime checks read, from each seed's :func:`run_seed`:
+    every accuracy, wall time, AUC, spread, reader accuracy, majority share and chance
+    level is the mean over seeds (calls per query are the same on every seed); MultiMaze's
+    share of best-of-N's gain is computed from the mean accuracies. ``per_seed`` keeps
+    each seed's numbers."""
+    def mean(get):
+        return float(np.mean([get(s) for s in per_seed]))
+
+    first = per_seed[0]
+    acc = {n: mean(lambda s, n=n: s["accuracy"][n]) for n in METHODS}
+    wall = {n: {key: mean(lambda s, n=n, key=key: s["wall"][n][key])
+                for key in first["wall"][n]} for n in METHODS}
+    gain = acc["best_of_n"] - acc["random"]
+    keys = ("auc", "spread", "reader", "majority", "chance", "answer_chance",
+            "logged_calls_per_train_query", "reader_loss_last", "fixed_train_acc")
+    return {"accuracy": acc, "calls": first["calls"], "wall": wall,
+            **{key: mean(lambda s, key=key: s[key]) for key in keys},
+            "recovered": (acc["multimaze"] - acc["random"]) / gain if gain > 0 else None,
+            "calls_fraction": first["calls_fraction"],
+            "planner": {key: mean(lambda s, key=key: s["planner"][key])
+                        for key in first["planner"]},
+            "scorer_loss": {key: mean(lambda s, key=key: s["scorer_loss"][key])
+                            for key in first["scorer_loss"]},
+            "seeds": [s["seed"] for s in per_seed], "per_seed": per_seed}
+
+
+def run(config, workdir: str) -> dict:
+    """Runs every seed of ``config.seeds`` (:func:`run_seed`) and decides the claims and
+    regime checks on the means over seeds (:func:`over_seeds`); writes results.json,
+    report.md and a plot; returns the results."""
+    check_config(config)
+    t0 = time.time()
+    measured = over_seeds([run_seed(config, seed) for seed in config.seeds])
     results = dict(measured, claims=claim_rules(measured), regime=regime_rules(measured),
-                   timing=timing, scorer_losses=losses.tolist())
+                   timing={"total_s": time.time() - t0})
     return outputs.write_outputs(workdir, name="maze", config=config, results=results,
                                  report=_report(results), plots=[_plot(results, workdir)])
 
 
 def main_table(results) -> list[dict]:
-    """The calls-vs-accuracy table: one row per method."""
+    """The calls-vs-accuracy table: one row per method (means over seeds)."""
     return [{"method": n, "LM calls / query": results["calls"][n],
              "accuracy": results["accuracy"][n], "LM s": results["wall"][n]["lm_s"],
              "planner s": results["wall"][n].get("planner_s", 0.0),
@@ -250,7 +288,8 @@ def main_table(results) -> list[dict]:
 
 def _report(r) -> str:
     return "\n".join([
-        "## Held-out accuracy vs LM calls\n", outputs.markdown_table(main_table(r)), "\n",
+        "## Held-out accuracy vs LM calls (means over seeds)\n",
+        outputs.markdown_table(main_table(r)), "\n",
         f"MultiMaze recovers {outputs.format_value(r['recovered'])} of best-of-N's gain "
         f"over random exemplars with {r['calls_fraction']:.3f} of its calls. Planner: "
         f"{r['planner']['s_per_query'] * 1e3:.2f} ms per query (beam search, no LM) beside "
@@ -258,7 +297,22 @@ def _report(r) -> str:
         f"pairwise AUC {r['auc']:.3f}, ranking loss {r['scorer_loss']['first']:.3f} -> "
         f"{r['scorer_loss']['last']:.3f}; logged {r['logged_calls_per_train_query']:.0f} "
         "calls per training query.\n",
-        "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
+        f"Means over seeds {r['seeds']}; each seed draws its own rules, pool, queries, "
+        "reader and scorer:\n", outputs.markdown_table(seed_table(r)), "\n",
+        f"Total {r['timing']['total_s']:.0f} s.\n"])
+
+
+def seed_table(r) -> list[dict]:
+    """One row per seed: the numbers each claim reads."""
+    rows = []
+    for s in r["per_seed"]:
+        a = s["accuracy"]
+        rows.append({"seed": s["seed"], "maze": a["maze"], "multimaze": a["multimaze"],
+                     "best single call": max(a[n] for n in SINGLE), "random": a["random"],
+                     "best_of_n": a["best_of_n"], "recovered": s["recovered"],
+                     "scorer AUC": s["auc"], "query alone": a["zero_shot"],
+                     "best single rule": s["chance"], "seconds": s["timing"]["total_s"]})
+    return rows
 
 
 def _plot(r, workdir) -> str:

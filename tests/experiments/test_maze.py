@@ -22,6 +22,34 @@ def test_maze_runs_end_to_end_at_the_test_preset(tmp_path):
     assert results["calls"]["maze"] == 1 and results["calls"]["multimaze"] == c.m
     assert results["calls"]["best_of_n"] == c.n
     assert [r["method"] for r in exp.main_table(results)] == list(exp.METHODS)
+    # one world per seed; the claims read the means over them
+    assert results["seeds"] == list(c.seeds) == [0, 1]
+    assert [s["seed"] for s in results["per_seed"]] == [0, 1]
+    assert results["accuracy"]["maze"] == pytest.approx(
+        sum(s["accuracy"]["maze"] for s in results["per_seed"]) / 2)
+    assert "| seed | maze |" in (tmp_path / "report.md").read_text()
+
+
+def _seed(seed, multimaze, random=0.15, bon=0.95, auc=0.8):
+    m = _fab(multimaze=multimaze, random=random, bon=bon, auc=auc)
+    wall = {"lm_s": 1.0, "total_s": 2.0}
+    gain = bon - random
+    return dict(m, seed=seed, wall={n: dict(wall) for n in exp.METHODS},
+                recovered=(multimaze - random) / gain, calls_fraction=3 / 16,
+                logged_calls_per_train_query=16.0, reader_loss_last=0.01,
+                fixed_train_acc=0.3, planner={"s_per_query": 0.1, "lm_s_per_call": 0.01},
+                scorer_loss={"first": 0.7, "last": 0.1}, timing={"total_s": 1.0})
+
+
+def test_over_seeds_decides_on_the_means_and_keeps_every_seed():
+    # recoveries 0.75 and 0.125 on their own; the mean accuracies recover 0.4375 < 0.5
+    per_seed = [_seed(0, multimaze=0.75), _seed(1, multimaze=0.25, auc=0.6)]
+    m = exp.over_seeds(per_seed)
+    assert m["accuracy"]["multimaze"] == pytest.approx(0.5) and m["auc"] == pytest.approx(0.7)
+    assert m["recovered"] == pytest.approx(0.4375) and m["seeds"] == [0, 1]
+    assert _holds(exp.claim_rules(m)) == [True, False, True]
+    assert _holds(exp.claim_rules(exp.over_seeds(per_seed[:1]))) == [True, True, True]
+    assert [r["seed"] for r in exp.seed_table(dict(m, per_seed=per_seed))] == [0, 1]
 
 
 def _fab(maze=0.6, fixed=0.25, random=0.15, multimaze=0.65, bon=0.95, m=3, n=16, auc=0.8,
@@ -62,6 +90,10 @@ def test_bad_config_names_the_key():
     bad = copy.deepcopy(get_config("test"))
     bad.m = 0
     with pytest.raises(ValueError, match="config.m=0"):
+        exp.check_config(bad)
+    bad = copy.deepcopy(get_config("test"))
+    bad.seeds = ()
+    with pytest.raises(ValueError, match=r"config.seeds=\(\) is invalid"):
         exp.check_config(bad)
 
 
