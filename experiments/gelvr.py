@@ -31,7 +31,7 @@ from flax import nnx
 
 from configs.gelvr import get_config
 from lab import launch, outputs, zoo
-from lab.config import check, require
+from lab.config import SEEDS, check, require
 from lab.data.synthetic.render import COLOUR_NAMES, KINDS
 from lab.methods.gelvr import training as T
 
@@ -51,7 +51,7 @@ REWARD_RANGE = (0.1, 0.9)  # regime: GePO's sampled reward is neither always 0 n
 def _checks():
     return {
         "num_slots": (lambda v: v >= 2, "an int >= 2 (a Gram matrix needs two slots)"),
-        "seeds": (lambda v: len(v) >= 1, "at least one seed"),
+        "seeds": SEEDS,
         "task.low_factor": (lambda v: v >= 2, "an int >= 2"),
         "task.n_eval": (lambda v: v >= 1, "an int >= 1"),
         "sft.steps": (lambda v: v >= 1, "an int >= 1"),

@@ -27,7 +27,7 @@ from flax import nnx
 
 from configs.maze import get_config
 from lab import launch, outputs
-from lab.config import check, require
+from lab.config import SEEDS, check, require
 from lab.methods import maze
 
 SINGLE = ("random", "nearest", "fixed_best")
@@ -50,8 +50,7 @@ def _checks():
     return {"n_train": pos, "n_test": pos, "logged": (lambda v: v >= 2, "an int >= 2"),
             "regime_samples": (lambda v: v >= 2, "an int >= 2"), "n_fixed": pos,
             "beam": pos, "m": pos, "n": pos, "pool_size": pos, "task.k": pos,
-            "seeds": (lambda v: len(v) >= 1 and all(isinstance(s, int) for s in v),
-                      "a non-empty tuple of ints"),
+            "seeds": SEEDS,
             "scorer.steps": pos, "reader.steps": pos}
 
 

@@ -39,7 +39,7 @@ from flax import nnx
 
 from configs.s2net import get_config
 from lab import launch, outputs
-from lab.config import check
+from lab.config import SEEDS, check
 from lab.methods import s2net as s2
 from lab.methods.s2net import shortcuts as sh
 
@@ -83,8 +83,7 @@ def _checks():
             "tasks": (_valid_tasks, f"comma-separated names out of {','.join(TASKS)}"),
             "model.n_neurons": pos, "model.window": pos, "model.delay": pos,
             "model.period": pos,
-            "seeds": (lambda v: len(v) >= 1 and all(isinstance(s, int) for s in v),
-                      "a non-empty tuple of ints"),
+            "seeds": SEEDS,
             "binding.size": (lambda v: v >= 4, "an int >= 4"),
             "binding.n_objects": (lambda v: v >= 2, "an int >= 2"),
             "binding.train_steps": steps, "reasoning.train_steps": steps,
@@ -213,6 +212,10 @@ def over_seeds(per_seed: list[dict]) -> dict:
     entry["seed_scores"] = [float(s) for s in scores]
     entry["seconds"] = float(sum(e["seconds"] for e in per_seed))
     return entry
+
+
+def _seed_scores(entry: dict) -> str:
+    return ", ".join(f"{s:.2f}" for s in entry.get("seed_scores", ()))
 
 
 def baselines(config, evals: dict) -> dict:
@@ -383,6 +386,7 @@ def run(config, workdir: str) -> dict:
         else:
             loss = s2.classify_loss(t.get("spike_penalty", config.model.spike_penalty))
         table[task] = {}
+        metric = "ari" if task == "binding" else "accuracy"
         for kind in models_for(task):
             per_seed = []
             for seed in config.seeds:
@@ -394,7 +398,6 @@ def run(config, workdir: str) -> dict:
                 ev = s2.evaluate(model, evals,
                                  task="binding" if task == "binding" else "classify",
                                  seed=seed + 7, n_groups=t.get("n_objects", 2))
-                metric = "ari" if task == "binding" else "accuracy"
                 energy = _energy(kind, task, config, ev["spikes"], evals, n_in, n_out)
                 per_seed.append({"score": ev[metric], "se": ev[f"{metric}_se"],
                                  "spikes": ev["spikes"], **energy,
@@ -408,7 +411,7 @@ def run(config, workdir: str) -> dict:
             table[task][kind] = entry
             rows.append({"task": task, "model": kind,
                          "metric": "ARI" if task == "binding" else "accuracy", **entry,
-                         "seeds": ", ".join(f"{s:.2f}" for s in entry["seed_scores"])})
+                         "seeds": _seed_scores(entry)})
     base = baselines(config, all_evals)
     results = {"table": table, "baselines": base, "claims": _claims(table, base),
                "regime": regime_checks(table, base), "seconds": time.time() - started}
@@ -449,8 +452,7 @@ def main_table(results) -> list[dict]:
     rows = []
     for task, models in results["table"].items():
         rows += [{"task": task, "entry": name, "kind": "model", "score": m["score"],
-                  "se": m["se"],
-                  "seeds": ", ".join(f"{s:.2f}" for s in m.get("seed_scores", ()))}
+                  "se": m["se"], "seeds": _seed_scores(m)}
                  for name, m in models.items()]
         rows += [{"task": task, "entry": name, "kind": "baseline", "score": b["score"],
                   "se": b["se"], "seeds": ""}

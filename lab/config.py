@@ -20,6 +20,9 @@ from typing import Any
 import ml_collections
 
 PRESETS = ("test", "default", "paper")
+# The per-key check of a ``seeds`` field (the training seeds an experiment averages over).
+SEEDS = (lambda v: len(v) >= 1 and all(isinstance(s, int) and not isinstance(s, bool)
+                                       for s in v), "a non-empty tuple of int seeds")
 
 
 def check_preset(preset: str | None) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lab import atomic, outputs
-from lab.config import check_preset, validate
+from lab.config import SEEDS, check_preset, validate
 
 
 def _ref():
@@ -58,6 +58,14 @@ def test_validate_missing_key_and_checks():
         validate(c, _ref(), {"n": (lambda v: v > 0, "> 0")})
     with pytest.raises(ValueError, match="no key 'nope'"):
         validate(_ref(), _ref(), {"nope": lambda v: True})
+
+
+def test_the_shared_seeds_check_takes_int_seeds_only():
+    ref = ml_collections.ConfigDict({"seeds": (0, 1)})
+    validate(ml_collections.ConfigDict({"seeds": (3,)}), ref, {"seeds": SEEDS})
+    for bad in [(), (0, 1.5), (True,)]:
+        with pytest.raises(ValueError, match="config.seeds=.*non-empty tuple of int seeds"):
+            validate(ml_collections.ConfigDict({"seeds": bad}), ref, {"seeds": SEEDS})
 
 
 def test_check_preset():

@@ -169,7 +169,8 @@ def test_bad_config_fails_before_any_work(tmp_path):
         s2net.run(config, str(tmp_path))
     config = get_config("test")
     config.seeds = ()
-    with pytest.raises(ValueError, match=r"config.seeds=\(\) is invalid.*non-empty tuple"):
+    with pytest.raises(ValueError,
+                       match=r"config.seeds=\(\) is invalid.*non-empty tuple of int seeds"):
         s2net.run(config, str(tmp_path))
     assert not os.listdir(tmp_path)
 
