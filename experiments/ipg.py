@@ -14,7 +14,10 @@ Methods, each ranking every MLP neuron of the model by ``|score|``:
 * ``random``: the expected precision of a random ranking (chance).
 
 Per method: precision@k (k = the planted set's size) and the greedy accuracy after its
-top-k neurons are ablated (scale 0) or amplified (``config.amplify``).
+top-k neurons are ablated (scale 0) or amplified (``config.amplify``). Each seed of
+``config.seeds`` trains its own planted model on its own data (:func:`run_seed`); the
+claims and regime checks read the means over seeds (:func:`over_seeds`), and the report
+lists each seed's numbers.
 
   python -m experiments.ipg --config=configs/ipg.py:default --workdir=/tmp/ipg
 """
@@ -27,7 +30,7 @@ import numpy as np
 
 from configs.ipg import get_config
 from lab import launch, outputs
-from lab.config import check
+from lab.config import SEEDS, check
 from lab.methods import ipg
 from lab.methods.ipg.plant import EOS
 
@@ -55,6 +58,7 @@ def _checks():
         "ipg.samples": (lambda v: v >= 1, "an int >= 1"),
         "ipg.method": (lambda v: v in ipg.METHODS, f"one of {ipg.METHODS}"),
         "riemann_method": (lambda v: v in ipg.METHODS, f"one of {ipg.METHODS}"),
+        "seeds": SEEDS,
         "ipg.temperature": (lambda v: v > 0, "> 0"),
         "ipg.n_prompts": (lambda v: v >= 2, "an int >= 2"),
         "plant.plant_layer": (lambda v: v >= 0, "a layer index >= 0"),
@@ -77,14 +81,15 @@ def check_config(config):
 
 
 def claim_rules(m: dict) -> list[dict]:
-    """The claims, decided on the measured ``m`` (``m["methods"][name]`` with
-    ``precision``, ``ablated_drop``; ``m["completeness"]`` with ``sum`` and ``delta``)."""
+    """The claims, decided on the measured ``m`` (one seed's, or the means over seeds):
+    ``m["methods"][name]`` with ``precision``, ``ablated_drop``; ``m["completeness"]``
+    with ``gap``, ``|sum ipg - (J(1) - J(0))|``."""
     meth = m["methods"]
     p_ipg = meth["ipg"]["precision"]
     best_base = max(ANSWER_LOGIT, key=lambda n: meth[n]["precision"])
     drop = meth["ipg"]["ablated_drop"]
     best_drop = max(ANSWER_LOGIT, key=lambda n: meth[n]["ablated_drop"])
-    gap = abs(m["completeness"]["sum"] - m["completeness"]["delta"])
+    gap = m["completeness"]["gap"]
     return [
         outputs.claim("IPG localises the components that control the outcome: precision@k "
                       f"on the planted neurons >= {PRECISION_MIN}",
@@ -109,11 +114,12 @@ def claim_rules(m: dict) -> list[dict]:
 
 
 def regime_rules(m: dict) -> list[dict]:
-    """The regime checks on the measured ``m`` (``plant``: accuracies; ``reward_mean``;
-    ``majority``, ``chance``; ``mediated``)."""
+    """The regime checks on the measured ``m`` (one seed's, or the means over seeds):
+    ``plant`` with ``clean`` accuracy, ``drop`` (the planted set ablated) and
+    ``worst_random_drop`` (the costliest control set; over seeds, the worst of all);
+    ``reward_mean``; ``majority``, ``chance``; ``mediated``."""
     p = m["plant"]
-    drop = p["clean"] - p["planted_ablated"]
-    rdrop = p["clean"] - min(p["random_ablated"])
+    drop, rdrop = p["drop"], p["worst_random_drop"]
     lo, hi = REWARD_RANGE
     return [
         outputs.regime(f"the plant holds: ablating the planted set costs >= {PLANT_DROP} "
@@ -148,20 +154,20 @@ def random_sets(rng, shape, planted, k, n):
     return out
 
 
-def run(config, workdir: str) -> dict:
-    """Trains the planted model, attributes with every method, ablates / amplifies their
-    top-k; writes results.json, report.md and a plot; returns the results."""
-    check_config(config)
+def run_seed(config, seed: int) -> tuple[dict, dict]:
+    """One seed: trains the planted model, attributes with every method, ablates /
+    amplifies their top-k. Returns ``(measured, scores)``: the numbers the claims read,
+    and each method's score array (for the plot)."""
     t0 = time.time()
     task = ipg.ChainTask(**config.task)
-    pc = ipg.PlantConfig(seed=config.seed, **config.plant)
+    pc = ipg.PlantConfig(seed=seed, **config.plant)
     model = ipg.train_planted(task, pc)
     timing = {"train_s": time.time() - t0}
     planted = ipg.planted_neurons(pc)
     shape, k = (pc.n_layers, pc.d_ff), pc.n_planted
     gen = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
 
-    xs = task.operands(config.n_eval, config.seed + 1)
+    xs = task.operands(config.n_eval, seed + 1)
     prompts = task.prompts(xs)
 
     def reward(sel_xs):
@@ -171,7 +177,7 @@ def run(config, workdir: str) -> dict:
         return ipg.outcome(model, prompts, reward(xs), scale, **gen)
 
     clean = acc()
-    rng = np.random.default_rng([config.seed, 5])
+    rng = np.random.default_rng([seed, 5])
     plant = {"clean": clean, "planted_ablated": acc(ipg.set_scale(shape, planted, 0.0)),
              "random_ablated": [acc(ipg.set_scale(shape, s, 0.0))
                                 for s in random_sets(rng, shape, planted, k,
@@ -182,16 +188,16 @@ def run(config, workdir: str) -> dict:
     # IPG on sampled trajectories.
     t1 = time.time()
     c = config.ipg
-    ixs = task.operands(c.n_prompts, config.seed + 2)
+    ixs = task.operands(c.n_prompts, seed + 2)
     common = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,), steps=c.steps,
                   baseline=c.baseline, temperature=c.temperature, samples=c.samples,
-                  seed=config.seed)
+                  seed=seed)
     att = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
                                          method=c.method, **common)
     timing["ipg_s"] = time.time() - t1
     att_r = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
                                            method=config.riemann_method, **common)
-    s_t = dict(temperature=c.temperature, seed=config.seed + 7, **gen)
+    s_t = dict(temperature=c.temperature, seed=seed + 7, **gen)
     rxs = np.repeat(ixs, c.samples, axis=0)              # J at the path's ends, as sampled
     j1 = ipg.outcome(model, task.prompts(rxs), reward(rxs), None, **s_t)
     j0 = ipg.outcome(model, task.prompts(rxs), reward(rxs),
@@ -199,7 +205,7 @@ def run(config, workdir: str) -> dict:
 
     # Answer-logit baselines on the model's own greedy chains.
     t2 = time.time()
-    axs = task.operands(config.n_attr, config.seed + 3)
+    axs = task.operands(config.n_attr, seed + 3)
     ap = task.prompts(axs)
     comp, _ = ipg.sample(model, ap, np.ones(shape), temperature=0.0, seed=0, **gen)
     seqs = np.concatenate([ap, comp], axis=1)[:, :-1]
@@ -241,27 +247,71 @@ def run(config, workdir: str) -> dict:
     missed = np.array([p for p in planted.tolist() if tuple(p) not in found], np.int64)
     plant["missed_by_ipg"] = missed.tolist()
     plant["missed_ablated"] = acc(ipg.set_scale(shape, missed, 0.0)) if missed.size else None
-    chance = k / (shape[0] * shape[1])
+    plant["drop"] = clean - plant["planted_ablated"]
+    plant["worst_random_drop"] = clean - min(plant["random_ablated"])
+    ipg_sum = float(att.scores.sum())
     measured = {
-        "methods": methods, "plant": plant, "majority": majority,
+        "seed": seed, "methods": methods, "plant": plant, "majority": majority,
         "chance": 1.0 / task.modulus, "mediated": mediated,
         "reward_mean": float(np.mean(np.concatenate([att.rewards, att_r.rewards]))),
-        "completeness": {"sum": float(att.scores.sum()), "delta": j1 - j0, "j1": j1, "j0": j0},
-        "random_precision": chance,
+        "completeness": {"sum": ipg_sum, "delta": j1 - j0, "gap": abs(ipg_sum - (j1 - j0)),
+                         "j1": j1, "j0": j0},
+        "random_precision": k / (shape[0] * shape[1]), "planted": planted.tolist(), "k": k,
+        "path_rewards": att.rewards.tolist(), "path_alphas": att.alphas.tolist(),
     }
     timing["total_s"] = time.time() - t0
+    measured["timing"] = timing
+    measured["claims_held"] = sum(c["holds"] for c in claim_rules(measured))
+    return measured, scores
+
+
+def over_seeds(per_seed: list[dict]) -> dict:
+    """The numbers the claims and regime checks read, from each seed's :func:`run_seed`:
+    every method's precision@k, accuracies and changes, the plant's accuracy and drop,
+    the completeness gap, the sampled reward, the majority share and the mediated
+    accuracy are means over seeds; the worst control set's drop is the worst over seeds.
+    ``per_seed`` keeps each seed's numbers; ``planted``, ``path_*`` and the methods' top-k
+    are the first seed's (the plot's)."""
+    def mean(get):
+        return float(np.mean([get(s) for s in per_seed]))
+
+    first = per_seed[0]
+    keys = ("precision", "ablated", "ablated_drop", "amplified", "amplified_change")
+    methods = {n: {**{key: mean(lambda s, n=n, key=key: s["methods"][n][key]) for key in keys},
+                   "top": first["methods"][n]["top"]} for n in first["methods"]}
+    plant = {key: mean(lambda s, key=key: s["plant"][key])
+             for key in ("clean", "planted_ablated", "drop")}
+    plant["worst_random_drop"] = max(s["plant"]["worst_random_drop"] for s in per_seed)
+    return {"methods": methods, "plant": plant,
+            "completeness": {key: mean(lambda s, key=key: s["completeness"][key])
+                             for key in first["completeness"]},
+            **{key: mean(lambda s, key=key: s[key])
+               for key in ("majority", "chance", "mediated", "reward_mean",
+                           "random_precision")},
+            "k": first["k"], "planted": first["planted"],
+            "path_rewards": first["path_rewards"], "path_alphas": first["path_alphas"],
+            "seeds": [s["seed"] for s in per_seed], "per_seed": per_seed}
+
+
+def run(config, workdir: str) -> dict:
+    """Runs every seed of ``config.seeds`` (:func:`run_seed`) and decides the claims and
+    regime checks on the means over seeds (:func:`over_seeds`); writes results.json,
+    report.md and a plot (the first seed's scores); returns the results."""
+    check_config(config)
+    t0 = time.time()
+    runs = [run_seed(config, seed) for seed in config.seeds]
+    measured = over_seeds([m for m, _ in runs])
     results = dict(measured, claims=claim_rules(measured), regime=regime_rules(measured),
-                   planted=planted.tolist(), k=k, path_rewards=att.rewards.tolist(),
-                   path_alphas=att.alphas.tolist(), timing=timing)
-    report = _report(results)
-    plots = [_plot(results, scores, planted, workdir)]
+                   timing={"total_s": time.time() - t0})
+    plots = [_plot(results, runs[0][1], np.asarray(results["planted"]), workdir)]
     return outputs.write_outputs(workdir, name="ipg", config=config, results=results,
-                                 report=report, plots=plots)
+                                 report=_report(results), plots=plots)
 
 
 def main_table(results) -> list[dict]:
     """One row per attribution method (and chance): precision@k, accuracy after ablating
-    and after amplifying its top-k, and the changes from the unablated accuracy."""
+    and after amplifying its top-k, and the changes from the unablated accuracy (means
+    over seeds)."""
     rows = []
     for name, m in results["methods"].items():
         rows.append({"method": name, "precision@k": m["precision"],
@@ -272,26 +322,37 @@ def main_table(results) -> list[dict]:
     return rows
 
 
+def seed_table(results) -> list[dict]:
+    """One row per seed: the numbers each claim and the plant check read."""
+    rows = []
+    for s in results["per_seed"]:
+        m, p = s["methods"], s["plant"]
+        rows.append({
+            "seed": s["seed"], "precision@k ipg": m["ipg"]["precision"],
+            "best baseline": max(m[n]["precision"] for n in ANSWER_LOGIT),
+            "drop ipg": m["ipg"]["ablated_drop"],
+            "best baseline drop": max(m[n]["ablated_drop"] for n in ANSWER_LOGIT),
+            "completeness gap": s["completeness"]["gap"], "unablated": p["clean"],
+            "planted drop": p["drop"], "worst control drop": p["worst_random_drop"],
+            "planted missed by ipg, ablated": p["missed_ablated"],
+            "claims held": s["claims_held"], "seconds": s["timing"]["total_s"]})
+    return rows
+
+
 def _report(results) -> str:
-    p = results["plant"]
-    k = results["k"]
-    lines = [f"## Attribution (k = {k} planted neurons)\n",
-             outputs.markdown_table(main_table(results)), "\n",
-             "## Plant\n",
-             outputs.markdown_table([
-                 {"model": "unablated", "accuracy": p["clean"]},
-                 {"model": "planted set ablated", "accuracy": p["planted_ablated"]},
-                 *[{"model": f"random set {i} ablated", "accuracy": a}
-                   for i, a in enumerate(p["random_ablated"])],
-                 *([{"model": f"only the planted neurons IPG missed {p['missed_by_ipg']} "
-                              "ablated", "accuracy": p["missed_ablated"]}]
-                   if p.get("missed_by_ipg") else []),
-                 {"model": "majority answer (no context)", "accuracy": results["majority"]},
-             ]), "\n",
-             f"Completeness: sum of IPG = {results['completeness']['sum']:.3f}, "
-             f"J(1) - J(0) = {results['completeness']['delta']:.3f}. "
-             f"Timing: {', '.join(f'{n} {v:.1f}' for n, v in results['timing'].items())}.\n"]
-    return "\n".join(lines)
+    p, c = results["plant"], results["completeness"]
+    return "\n".join([
+        f"## Attribution (k = {results['k']} planted neurons; means over seeds "
+        f"{results['seeds']})\n",
+        outputs.markdown_table(main_table(results)), "\n",
+        "## Each seed (its own planted model and data)\n",
+        outputs.markdown_table(seed_table(results)), "\n",
+        f"Plant (means): unablated {p['clean']:.3f}, planted set ablated "
+        f"{p['planted_ablated']:.3f}; the worst control set (as many other neurons) cost "
+        f"{p['worst_random_drop']:.3f}. Majority answer (no context) "
+        f"{results['majority']:.3f}. Completeness: sum of IPG {c['sum']:.3f}, J(1) - J(0) "
+        f"{c['delta']:.3f}, mean gap {c['gap']:.3f}. Total {results['timing']['total_s']:.0f} "
+        "s. The plot is the first seed's.\n"])
 
 
 def _plot(results, scores, planted, workdir) -> str:

@@ -27,6 +27,12 @@ def test_ipg_runs_end_to_end_at_the_test_preset(tmp_path):
     rows = exp.main_table(results)
     assert [r["method"] for r in rows][:len(exp.METHODS)] == list(exp.METHODS)
     assert "| ipg |" in (tmp_path / "report.md").read_text()
+    seeds = list(get_config("test").seeds)
+    assert results["seeds"] == seeds and len(results["per_seed"]) == len(seeds) >= 2
+    assert [r["seed"] for r in exp.seed_table(results)] == seeds
+    first, second = results["per_seed"]
+    assert first["methods"]["ipg"]["precision"] + second["methods"]["ipg"]["precision"] == \
+        pytest.approx(2 * results["methods"]["ipg"]["precision"])
 
 
 def _fabricated(p_ipg=0.8, p_base=0.2, drop_ipg=0.7, drop_base=0.3, ipg_sum=0.85,
@@ -36,9 +42,10 @@ def _fabricated(p_ipg=0.8, p_base=0.2, drop_ipg=0.7, drop_base=0.3, ipg_sum=0.85
     methods = {n: {"precision": p_base, "ablated_drop": drop_base} for n in exp.ANSWER_LOGIT}
     methods["ipg"] = {"precision": p_ipg, "ablated_drop": drop_ipg}
     methods["ipg_riemann"] = dict(methods["ipg"])
-    return {"methods": methods, "completeness": {"sum": ipg_sum, "delta": delta},
-            "plant": {"clean": clean, "planted_ablated": planted,
-                      "random_ablated": list(random)},
+    return {"methods": methods,
+            "completeness": {"sum": ipg_sum, "delta": delta, "gap": abs(ipg_sum - delta)},
+            "plant": {"clean": clean, "planted_ablated": planted, "drop": clean - planted,
+                      "worst_random_drop": clean - min(random)},
             "reward_mean": reward, "majority": majority, "chance": 0.2, "mediated": mediated}
 
 
@@ -78,6 +85,38 @@ def test_regime_rules_hold_and_fail():
         assert held[i] is False, (i, kwargs, held)
 
 
+def _seed(seed, p_ipg, gap, clean, worst, **kwargs):
+    m = _fabricated(p_ipg=p_ipg, ipg_sum=0.9 - gap, clean=clean, random=(clean - worst,),
+                    **kwargs)
+    for n in m["methods"]:
+        m["methods"][n].update(ablated=clean - m["methods"][n]["ablated_drop"],
+                               amplified=clean, amplified_change=0.0, top=[[0, seed]])
+    m["completeness"].update(j1=0.95, j0=0.05)
+    return dict(m, seed=seed, random_precision=0.05, k=6, planted=[[0, 1]],
+                path_rewards=[0.1], path_alphas=[0.5])
+
+
+def test_over_seeds_averages_and_keeps_the_worst_control():
+    """Claims read the means over seeds; the control check reads the worst set of all."""
+    per_seed = [_seed(0, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.02),
+                _seed(1, p_ipg=0.4, gap=0.2, clean=0.9, worst=0.08)]
+    m = exp.over_seeds(per_seed)
+    assert m["methods"]["ipg"]["precision"] == pytest.approx(0.7)
+    assert m["completeness"]["gap"] == pytest.approx(0.1)       # mean of the gaps
+    assert m["plant"]["clean"] == pytest.approx(0.95)
+    assert m["plant"]["worst_random_drop"] == pytest.approx(0.08)
+    assert m["seeds"] == [0, 1] and m["methods"]["ipg"]["top"] == [[0, 0]]
+    assert _holds(exp.claim_rules(m)) == [True] * 5
+    # one seed far below the bar pulls the mean under it: seed 1 alone would hold
+    low = exp.over_seeds([_seed(0, p_ipg=0.0, gap=0.0, clean=1.0, worst=0.0),
+                          _seed(1, p_ipg=0.8, gap=0.0, clean=1.0, worst=0.0)])
+    assert _holds(exp.claim_rules(low))[0] is False
+    # a control set too costly on one seed fails the regime, whatever the other seeds
+    bad = exp.over_seeds([_seed(0, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.3),
+                          _seed(1, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.0)])
+    assert _holds(exp.regime_rules(bad))[1] is False
+
+
 def test_bad_config_names_the_key():
     c = get_config("test")
     bad = copy.deepcopy(c)
@@ -87,6 +126,10 @@ def test_bad_config_names_the_key():
     bad = copy.deepcopy(c)
     bad.plant.plant_layer = 7
     with pytest.raises(ValueError, match="config.plant.plant_layer=7"):
+        exp.check_config(bad)
+    bad = copy.deepcopy(c)
+    bad.seeds = ()
+    with pytest.raises(ValueError, match="config.seeds"):
         exp.check_config(bad)
     bad = copy.deepcopy(c)
     bad.ipg.method = "simpson"
