@@ -866,12 +866,15 @@ IMAGE_TRAIN = {**IMAGE, "question_types": ("identify", "colour", "negation")}
 
 def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3e-3,
            batch: int = 32, video_batch: int = 16, region_weight: float = 1.0,
-           colour_weight: float = 0.0, video: Mapping = VIDEO, image: Mapping = IMAGE
-           ) -> tuple:
+           colour_weight: float = 0.0, video: Mapping = VIDEO, image: Mapping = IMAGE,
+           fresh: bool = False) -> tuple:
     """The zoo's curriculum: ``perception_steps`` on single images (image_qa, dense region
     targets: the kind under each visual token, and its colour when ``colour_weight``),
     then videos with only the evidence frames (non-evidence frames blank), then a
-    half-and-half mix of evidence-only and full videos."""
+    half-and-half mix of evidence-only and full videos. Each stage draws its batches
+    with replacement from ``n_train`` generated rows: 8,000 images and 4,000 videos, or
+    with ``fresh`` as many rows as the stage draws (``steps x batch``), so that a row is
+    seen about once and the model cannot learn the training rows by heart."""
     stages = (
         {"image_qa": dict(image), "steps": perception_steps, "batch": batch,
          "learning_rate": lr, "n_train": 8000, "region_weight": region_weight},
@@ -885,6 +888,8 @@ def recipe(perception_steps: int, video_steps: tuple[int, int], *, lr: float = 3
     if colour_weight:
         stages = tuple({**st, "region_colour_weight": colour_weight * (1.0 if i == 0 else 0.5)}
                        for i, st in enumerate(stages))
+    if fresh:
+        stages = tuple({**st, "n_train": int(st["steps"]) * int(st["batch"])} for st in stages)
     return stages
 
 

@@ -159,6 +159,14 @@ def test_recipe_adds_the_colour_term_only_when_asked():
     assert weights == [1.0, 0.5, 0.5]
 
 
+def test_fresh_recipe_generates_a_row_per_draw_and_keeps_the_rest():
+    plain, fresh = V.recipe(10, (5, 7)), V.recipe(10, (5, 7), fresh=True)
+    assert [st["n_train"] for st in plain] == [8000, 4000, 4000]
+    assert [st["n_train"] for st in fresh] == [10 * 32, 5 * 16, 7 * 16]
+    assert [{k: v for k, v in st.items() if k != "n_train"} for st in fresh] == \
+        [{k: v for k, v in st.items() if k != "n_train"} for st in plain]
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda v: v.astype(np.float32), "videos has dtype float32; expected uint8"),
     (lambda v: v[:, 0], r"videos has shape \(2, 16, 16, 3\); expected \[B, F, H, W, 3\]"),
