@@ -272,22 +272,17 @@ def over_seeds(per_seed: list[dict]) -> dict:
     accuracy are means over seeds; the worst control set's drop is the worst over seeds.
     ``per_seed`` keeps each seed's numbers; ``planted``, ``path_*`` and the methods' top-k
     are the first seed's (the plot's)."""
-    def mean(get):
-        return float(np.mean([get(s) for s in per_seed]))
-
     first = per_seed[0]
     keys = ("precision", "ablated", "ablated_drop", "amplified", "amplified_change")
-    methods = {n: {**{key: mean(lambda s, n=n, key=key: s["methods"][n][key]) for key in keys},
+    methods = {n: {**outputs.means_over(per_seed, keys, "methods", n),
                    "top": first["methods"][n]["top"]} for n in first["methods"]}
-    plant = {key: mean(lambda s, key=key: s["plant"][key])
-             for key in ("clean", "planted_ablated", "drop")}
+    plant = outputs.means_over(per_seed, ("clean", "planted_ablated", "drop"), "plant")
     plant["worst_random_drop"] = max(s["plant"]["worst_random_drop"] for s in per_seed)
     return {"methods": methods, "plant": plant,
-            "completeness": {key: mean(lambda s, key=key: s["completeness"][key])
-                             for key in first["completeness"]},
-            **{key: mean(lambda s, key=key: s[key])
-               for key in ("majority", "chance", "mediated", "reward_mean",
-                           "random_precision")},
+            "completeness": outputs.means_over(per_seed, first["completeness"],
+                                               "completeness"),
+            **outputs.means_over(per_seed, ("majority", "chance", "mediated", "reward_mean",
+                                            "random_precision")),
             "k": first["k"], "planted": first["planted"],
             "path_rewards": first["path_rewards"], "path_alphas": first["path_alphas"],
             "seeds": [s["seed"] for s in per_seed], "per_seed": per_seed}

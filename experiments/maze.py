@@ -243,24 +243,18 @@ def over_seeds(per_seed: list[dict]) -> dict:
     level is the mean over seeds (calls per query are the same on every seed); MultiMaze's
     share of best-of-N's gain is computed from the mean accuracies. ``per_seed`` keeps
     each seed's numbers."""
-    def mean(get):
-        return float(np.mean([get(s) for s in per_seed]))
-
     first = per_seed[0]
-    acc = {n: mean(lambda s, n=n: s["accuracy"][n]) for n in METHODS}
-    wall = {n: {key: mean(lambda s, n=n, key=key: s["wall"][n][key])
-                for key in first["wall"][n]} for n in METHODS}
+    acc = outputs.means_over(per_seed, METHODS, "accuracy")
+    wall = {n: outputs.means_over(per_seed, first["wall"][n], "wall", n) for n in METHODS}
     gain = acc["best_of_n"] - acc["random"]
     keys = ("auc", "spread", "reader", "majority", "chance", "answer_chance",
             "logged_calls_per_train_query", "reader_loss_last", "fixed_train_acc")
     return {"accuracy": acc, "calls": first["calls"], "wall": wall,
-            **{key: mean(lambda s, key=key: s[key]) for key in keys},
+            **outputs.means_over(per_seed, keys),
             "recovered": (acc["multimaze"] - acc["random"]) / gain if gain > 0 else None,
             "calls_fraction": first["calls_fraction"],
-            "planner": {key: mean(lambda s, key=key: s["planner"][key])
-                        for key in first["planner"]},
-            "scorer_loss": {key: mean(lambda s, key=key: s["scorer_loss"][key])
-                            for key in first["scorer_loss"]},
+            "planner": outputs.means_over(per_seed, first["planner"], "planner"),
+            "scorer_loss": outputs.means_over(per_seed, first["scorer_loss"], "scorer_loss"),
             "seeds": [s["seed"] for s in per_seed], "per_seed": per_seed}
 
 

@@ -13,6 +13,9 @@ true of the run for its claims to say anything (the model solves the task at all
 the effect the method exploits is there to exploit). When a regime check fails
 the claims are reported, and marked not informative (:func:`regime_holds`).
 
+Experiments that train once per seed decide their claims on means over the seeds'
+results (:func:`mean_over`, :func:`means_over`).
+
 Numbers in reports print with about three significant digits
 (:func:`format_number`); dicts and lists print as compact ``key=value`` text
 (:func:`format_value`), never as a JSON dump.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,8 +36,8 @@ from lab.atomic import write_text as atomic_write_text
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "claim", "claims_table", "format_number",
-    "format_value", "markdown_table", "regime", "regime_holds", "regime_table", "save_figure",
-    "to_jsonable", "write_json", "write_outputs",
+    "format_value", "markdown_table", "mean_over", "means_over", "regime", "regime_holds",
+    "regime_table", "save_figure", "to_jsonable", "write_json", "write_outputs",
 ]
 
 
@@ -91,6 +94,24 @@ def regime_holds(results: Mapping[str, Any]) -> bool | None:
     the experiment states none (its claims are then unchecked, not uninformative)."""
     checks = results.get("regime") or []
     return all(c["holds"] for c in checks) if checks else None
+
+
+def mean_over(rows: Sequence[Mapping[str, Any]], *path: str) -> float:
+    """The mean over ``rows`` (one results dict per seed) of the number at ``path`` (nested
+    keys): ``mean_over(per_seed, "accuracy", "maze")``."""
+    if not rows:
+        raise ValueError("mean_over needs at least one row")
+    values = []
+    for row in rows:
+        for key in path:
+            row = row[key]
+        values.append(row)
+    return float(np.mean(values))
+
+
+def means_over(rows: Sequence[Mapping[str, Any]], keys: Iterable[str], *path: str) -> dict:
+    """``{key: mean_over(rows, *path, key)}`` for each of ``keys`` (a dict: its keys)."""
+    return {key: mean_over(rows, *path, key) for key in keys}
 
 
 def format_number(value: Any, digits: int = 3) -> str:

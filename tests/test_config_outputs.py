@@ -68,6 +68,17 @@ def test_the_shared_seeds_check_takes_int_seeds_only():
             validate(ml_collections.ConfigDict({"seeds": bad}), ref, {"seeds": SEEDS})
 
 
+def test_mean_over_reads_nested_keys_of_each_row():
+    rows = [{"acc": {"a": 0.2, "b": 1.0}, "n": 1}, {"acc": {"a": 0.6, "b": 0.0}, "n": 3}]
+    assert outputs.mean_over(rows, "n") == 2.0
+    assert outputs.mean_over(rows, "acc", "a") == pytest.approx(0.4)
+    assert outputs.means_over(rows, ("a", "b"), "acc") == pytest.approx({"a": 0.4, "b": 0.5})
+    with pytest.raises(ValueError, match="at least one row"):
+        outputs.mean_over([], "n")
+    with pytest.raises(KeyError):
+        outputs.mean_over(rows, "acc", "c")
+
+
 def test_check_preset():
     assert check_preset(None) == "default"
     assert check_preset("test") == "test"
