@@ -3,7 +3,7 @@
 from lab.nn.cache import KVCache, LayerKV
 from lab.nn.config import TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.flops import VitDims, transformer_flops, vit_flops, vlm_flops
-from lab.nn.hooks import check_neuron_scale, scale_neurons
+from lab.nn.hooks import check_neuron_scale, edit_residual, scale_neurons
 from lab.nn.layers import (
                            Fused,
                            GeluMLP,
@@ -25,6 +25,7 @@ from lab.nn.transformer import (
                                 fuse_qkv,
                                 split_qkv,
 )
+from lab.nn.sae import FeatureScale, SparseAutoencoder, fit_sae, sae_stats
 from lab.nn.vision import PatchMerger, VisionEncoder
 from lab.nn.vlm import VLM, Embedded, choice_posterior, rope_index
 
@@ -34,5 +35,6 @@ __all__ = [
     "TransformerConfig", "VLMConfig", "VisionConfig", "VisionEncoder", "apply_rope",
     "axial_angles", "check_tokens", "choice_posterior", "fuse_qkv", "mrope_angles",
     "rope_frequencies", "rope_index", "scale_neurons", "check_neuron_scale", "split_qkv",
-    "VitDims", "transformer_flops", "vit_flops", "vlm_flops",
+    "VitDims", "transformer_flops", "vit_flops", "vlm_flops", "edit_residual", "FeatureScale",
+    "SparseAutoencoder", "fit_sae", "sae_stats",
 ]

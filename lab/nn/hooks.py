@@ -1,5 +1,7 @@
-"""Scaling MLP neurons of a :class:`~lab.nn.Transformer`: the component hooks of
-attribution methods (integrated gradients over components, integrated policy gradients).
+"""Component hooks of a :class:`~lab.nn.Transformer` for attribution methods (integrated
+gradients over components, integrated policy gradients): scaling MLP neurons, and editing
+the residual stream after a block (e.g. scaling a sparse autoencoder's features,
+:class:`lab.nn.FeatureScale`).
 
 Two equivalent ways: ``Transformer.__call__(..., neuron_scale=s)`` multiplies each
 layer's neuron activations by ``s[i]`` in the forward (any broadcast to ``[B, T, F]``,
@@ -7,9 +9,15 @@ differentiable); :func:`scale_neurons` folds a fixed per-neuron scale ``[L, F]``
 down projection's rows (``down(h * s) = h @ (diag(s) W)``), which returns an ordinary
 model, so every :mod:`lab.infer` entry point (``generate``, ``prefill``, ``score``) runs
 under the scaled components unchanged.
+
+:func:`edit_residual` attaches a module ``x -> x`` after chosen blocks of a copy of the
+model (:attr:`lab.nn.Block.edit`); the block applies it in every path, so the forward,
+its captures, its gradients and every :mod:`lab.infer` entry point run the edited model.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 import numpy as np
@@ -51,4 +59,26 @@ def scale_neurons(model: Transformer, scale) -> Transformer:
         proj = _out_proj(block)
         k = proj.kernel[...]
         proj.kernel = nnx.Param(k * scale[i].astype(k.dtype)[:, None])
+    return new
+
+
+def edit_residual(model: Transformer, edits: Mapping[int, nnx.Module]) -> Transformer:
+    """A copy of ``model`` in which block ``i``'s output residual stream ``x [B, T, D]``
+    is replaced by ``edits[i](x)``, for each ``i`` in ``edits`` (the other blocks keep
+    theirs); the original is untouched. An edit that returns ``x`` leaves every number
+    as it was. The edits' own state (e.g. a scale held in an ``nnx.Variable``) travels
+    with the copy through ``nnx.split``, so a jitted entry point compiles once for
+    every value of it."""
+    n = model.config.n_layers
+    bad = [i for i in edits if not (isinstance(i, (int, np.integer)) and 0 <= i < n)]
+    if bad:
+        raise ValueError(f"edits name unknown layers {bad}; expected block indices in "
+                         f"[0, {n})")
+    for i, e in edits.items():
+        if not callable(e):
+            raise ValueError(f"edits[{i}] is {type(e).__name__}; expected a module x -> x")
+    graphdef, state = nnx.split(model)
+    new = nnx.merge(graphdef, state)
+    for i, e in edits.items():
+        new.layers[int(i)].edit = nnx.data(e)  # a module where the block held None
     return new

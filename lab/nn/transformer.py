@@ -206,7 +206,8 @@ def make_norm(config: TransformerConfig, dim: int | None = None):
 
 
 class Block(nnx.Module):
-    """One pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+    """One pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``, then the
+    optional residual-stream ``edit`` (None unless :func:`lab.nn.edit_residual` set one).
 
     :meth:`__call__` is the only implementation of attention + MLP in Lab: the full
     forward, prefill on a cache, the jitted decode loop, every capture and the vision
@@ -224,6 +225,9 @@ class Block(nnx.Module):
         else:
             self.mlp = GeluMLP(config.d_model, config.d_ff, approximate=config.mlp == "gelu_tanh",
                                dtype=dt, init_std=config.init_std, rngs=rngs)
+        # An optional module applied to the block's output residual stream (``x -> x``),
+        # attached to a copy of the model by :func:`lab.nn.edit_residual`.
+        self.edit = None
         self.config = config
 
     def __call__(self, x: jax.Array, *, positions: jax.Array, key_positions=None,
@@ -300,6 +304,8 @@ class Block(nnx.Module):
             if neuron_scale is not None:
                 act = act * jnp.asarray(neuron_scale).astype(act.dtype)
             x = x + self.mlp.project(act)
+        if self.edit is not None:
+            x = self.edit(x)
         return x, cache, {"attn": p, "attn_colsum": cs,
                           "queries": q if "queries" in capture else None,
                           "mlp": act if "mlp" in capture else None}

@@ -12,7 +12,7 @@ from flax import nnx
 from lab import infer
 from lab.methods import ipg
 from lab.methods.ipg import plant
-from lab.nn import Transformer, TransformerConfig, scale_neurons
+from lab.nn import SparseAutoencoder, Transformer, TransformerConfig, scale_neurons
 
 
 def _model(seed=0, vocab=11, d_ff=16, layers=2, init_std=0.02, d_model=16):
@@ -206,6 +206,89 @@ def test_attribution_patching_and_gradients_on_the_hand_set_model():
     # identical clean and corrupt runs patch nothing
     atp = ipg.attribution_patching(model, seqs, seqs, 2, A, 2)
     np.testing.assert_allclose(atp, 0.0, atol=1e-7)
+
+
+# -- sparse-autoencoder features on the residual stream ---------------------------------
+
+
+def _hand_sae():
+    """An SAE after the hand-set model's block: feature 2 reads and writes dim 1 (the
+    planted neuron's write, which the LM head turns into A's logit); feature 0 reads the
+    constant dim 0 fifty times over (loud) and writes a thousandth of dim 3, which only
+    the final norm reads (removing it moves the norm by about 0.1%). The edit keeps the
+    reconstruction error, so at scale 1 the model is unchanged."""
+    sae = SparseAutoencoder(4, 4, rngs=nnx.Rngs(0))
+    enc, dec = np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32)
+    enc[1, 2], dec[2, 1] = 1.0, 1.0
+    enc[0, 0], dec[0, 3] = 50.0, 1e-3
+    sae.w_enc[...], sae.w_dec[...] = jnp.asarray(enc), jnp.asarray(dec)
+    return ipg.SAEFeatures({0: sae})
+
+
+def test_ipg_recovers_the_planted_sae_feature_where_activation_magnitude_does_not():
+    model, space = _hand_set(planted=2, loud=0), _hand_sae()
+    prompts = np.zeros((256, 2), np.int32)
+
+    def reward(rows, comp):
+        return ((comp[:, 0] == A) & (comp[:, 1] == A)).astype(np.float32)
+
+    att = ipg.integrated_policy_gradient(model, prompts, reward, max_new_tokens=2, steps=6,
+                                         samples=4, seed=1, space=space)
+    assert att.scores.shape == (1, 4)
+    assert ipg.top_components(att.scores, 1).tolist() == [[0, 2]]
+    assert att.scores[0, 2] > 5 * np.abs(np.delete(att.scores[0], 2)).max()
+    acts = ipg.activation_magnitude(model, np.zeros((4, 4), np.int32), space)
+    assert ipg.top_components(acts, 1).tolist() == [[0, 0]]
+    # the same behaviour as the planted neuron's: J(1) - J(0) is the neuron test's
+    kw = dict(max_new_tokens=2, temperature=1.0, seed=3)
+    p = np.zeros((1024, 2), np.int32)
+    on = ipg.outcome(model, p, reward, **kw)
+    off = ipg.outcome(model, p, reward, ipg.set_scale((1, 4), [[0, 2]], 0.0), space=space, **kw)
+    loud = ipg.outcome(model, p, reward, ipg.set_scale((1, 4), [[0, 0]], 0.0), space=space,
+                       **kw)
+    assert on - off > 0.6 and abs(on - loud) < 0.06
+    assert abs(att.scores.sum() - (on - off)) < 0.1
+    # answer-logit baselines on the features: the logit moves with feature 2 only
+    seqs = np.zeros((2, 3), np.int32)
+    gxa = ipg.gradient_x_activation(model, seqs, 2, A, space)
+    assert ipg.top_components(gxa, 1).tolist() == [[0, 2]] and abs(gxa[0, 0]) < 1e-6
+    full = ipg.answer_logits(model, seqs, 2, np.ones((1, 4)), space)[:, A].mean()
+    zero = ipg.answer_logits(model, seqs, 2, np.zeros((1, 4)), space)[:, A].mean()
+    ig = ipg.integrated_gradients(model, seqs, 2, A, steps=4, space=space)
+    assert abs(ig.sum() - (full - zero)) < 1e-3
+
+
+def test_attribution_patching_on_features_reads_features_off_in_the_clean_run():
+    """AtP on SAE features uses the exact feature gradient: a feature that is 0 in the
+    clean run and on in the corrupt one gets its first-order effect (the neuron hook's
+    ratio form would give it 0)."""
+    model, space = _hand_set(planted=2, loud=0), _hand_sae()
+    sae = space.saes[0]
+    enc = np.asarray(sae.w_enc[...]).copy()
+    enc[2, 1] = 1.0              # feature 1 reads dim 2, which token 1's embedding sets
+    dec = np.asarray(sae.w_dec[...]).copy()
+    dec[1, 1] = 1.0              # and writes dim 1 (A's logit)
+    sae.w_enc[...], sae.w_dec[...] = jnp.asarray(enc), jnp.asarray(dec)
+    emb = np.asarray(model.embed.embedding[...]).copy()
+    emb[1, 2] = 1.0
+    model.embed.embedding[...] = jnp.asarray(emb)
+    clean, corrupt = np.zeros((2, 3), np.int32), np.array([[0, 0, 1], [0, 0, 1]], np.int32)
+    atp = ipg.attribution_patching(model, clean, corrupt, 2, A, 2, space)
+    assert atp[0, 1] > 0.5                                  # off in clean, on in corrupt
+    assert ipg.activations(model, clean, space)[0, :, 2, 1].max() == 0.0
+    # identical runs patch nothing
+    np.testing.assert_allclose(ipg.attribution_patching(model, clean, clean, 2, A, 2, space),
+                               0.0, atol=1e-7)
+
+
+def test_sae_features_check_the_model():
+    space = _hand_sae()
+    with pytest.raises(ValueError, match="the model has 1 blocks"):
+        ipg.SAEFeatures({3: space.saes[0]}).shape(_hand_set())
+    with pytest.raises(ValueError, match="d_model=4"):
+        space.shape(_model())
+    with pytest.raises(ValueError, match="saes is empty"):
+        ipg.SAEFeatures({})
 
 
 # -- the task -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Integrated Policy Gradient (IPG): attribution of an outcome-level reward of sampled
-trajectories to MLP neurons, and ablation / amplification of the top components.
+trajectories to components (MLP neurons, or sparse-autoencoder features on the residual
+stream: :mod:`lab.methods.ipg.components`), and ablation / amplification of the top ones.
 
 A component's scale ``s`` multiplies its activation (``neuron_scale`` of
-:class:`lab.nn.Transformer`). The expected outcome reward of trajectories sampled under
+:class:`lab.nn.Transformer`, or a :class:`lab.nn.FeatureScale` edit). The expected outcome reward of trajectories sampled under
 ``s``, ``J(s) = E_{x, y ~ pi_s(.|x)}[R(x, y)]``, is not differentiable through the
 samples, but its gradient is (REINFORCE, Williams 1992, the score-function estimator)::
 
@@ -34,7 +35,8 @@ import numpy as np
 from flax import nnx
 
 from lab import infer
-from lab.nn import Transformer, scale_neurons
+from lab.methods.ipg.components import NEURONS, split
+from lab.nn import Transformer
 
 METHODS = ("riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid",
            "gausslegendre")
@@ -126,11 +128,13 @@ def precision_at_k(scores, truth, k: int) -> float:
 
 
 def sample(model: Transformer, prompts, scale, *, max_new_tokens: int, temperature: float,
-           seed: int, stop_tokens=()) -> tuple[np.ndarray, np.ndarray]:
-    """Trajectories sampled under the neuron scale ``[L, F]`` (folded into the weights,
-    :func:`lab.nn.scale_neurons`, so :func:`lab.infer.generate` runs unchanged):
+           seed: int, stop_tokens=(), space=None) -> tuple[np.ndarray, np.ndarray]:
+    """Trajectories sampled under the component scale ``[L, F]`` of ``space`` (default
+    :class:`~lab.methods.ipg.components.Neurons`; a scaled copy of the model, so
+    :func:`lab.infer.generate` runs unchanged; ``scale`` None: the model as it is):
     ``(completions [N, max_new_tokens], lengths [N])``."""
-    gen = infer.generate(scale_neurons(model, scale), np.asarray(prompts, np.int32),
+    scaled = model if scale is None else (space or NEURONS).scaled(model, scale)
+    gen = infer.generate(scaled, np.asarray(prompts, np.int32),
                          max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                          stop_tokens=tuple(stop_tokens))
     return np.asarray(gen.tokens), np.asarray(gen.lengths)
@@ -148,12 +152,12 @@ def check_rewards(rewards, n: int) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _pg_jit(graphdef, state, scale, prompts, completions, valid, advantages, temperature):
-    model = nnx.merge(graphdef, state)
+    model, space = nnx.merge(graphdef, state)
     seq = jnp.concatenate([prompts, completions], axis=1)
     p = prompts.shape[1]
 
     def objective(s):
-        logits = model(seq[:, :-1], neuron_scale=s[:, None, None, :])[:, p - 1:]
+        logits = space.forward(model, seq[:, :-1], s)[:, p - 1:]
         logp = jax.nn.log_softmax(logits / temperature, axis=-1)
         tok = jnp.take_along_axis(logp, completions[..., None], axis=-1)[..., 0]
         return jnp.mean(advantages * jnp.sum(jnp.where(valid, tok, 0.0), axis=1))
@@ -162,10 +166,11 @@ def _pg_jit(graphdef, state, scale, prompts, completions, valid, advantages, tem
 
 
 def policy_gradient(model: Transformer, prompts, completions, lengths, rewards, scale, *,
-                    temperature: float) -> np.ndarray:
-    """The score-function estimate ``[L, F]`` of ``dJ/ds`` at ``scale`` from trajectories
-    sampled under it at ``temperature``: ``mean_i (R_i - b_i) d/ds log pi_s(y_i | x_i)``,
-    ``b_i`` the mean reward of the other trajectories (leave-one-out baseline)."""
+                    temperature: float, space=None) -> np.ndarray:
+    """The score-function estimate ``[L, F]`` of ``dJ/ds`` at ``scale`` (of ``space``'s
+    components, default neurons) from trajectories sampled under it at ``temperature``:
+    ``mean_i (R_i - b_i) d/ds log pi_s(y_i | x_i)``, ``b_i`` the mean reward of the other
+    trajectories (leave-one-out baseline)."""
     prompts, completions = np.asarray(prompts, np.int32), np.asarray(completions, np.int32)
     n = prompts.shape[0]
     if n < 2:
@@ -173,7 +178,7 @@ def policy_gradient(model: Transformer, prompts, completions, lengths, rewards, 
     r = check_rewards(rewards, n)
     adv = r - (r.sum() - r) / (n - 1)
     valid = np.arange(completions.shape[1])[None, :] < np.asarray(lengths)[:, None]
-    graphdef, state = nnx.split(model)
+    graphdef, state = split(model, space)
     return np.asarray(_pg_jit(graphdef, state, jnp.asarray(scale, jnp.float32), prompts,
                               completions, valid, jnp.asarray(adv), jnp.float32(temperature)))
 
@@ -199,8 +204,10 @@ def integrated_policy_gradient(model: Transformer, prompts, reward_fn: Callable,
                                method: str = "gausslegendre", baseline: float = 0.0,
                                components=None, layers=None, temperature: float = 1.0,
                                samples: int = 1, seed: int = 0,
-                               stop_tokens=()) -> Attribution:
-    """IPG attributions of the outcome reward to MLP neurons.
+                               stop_tokens=(), space=None) -> Attribution:
+    """IPG attributions of the outcome reward to ``space``'s components (default every
+    MLP neuron, :class:`~lab.methods.ipg.components.Neurons`; or
+    :class:`~lab.methods.ipg.components.SAEFeatures`).
 
     Args:
       prompts: ``[N, T]`` token ids (equal lengths).
@@ -210,6 +217,7 @@ def integrated_policy_gradient(model: Transformer, prompts, reward_fn: Callable,
       baseline: the scale the path starts from (0 = components off).
       components / layers: the scaled set (:func:`component_mask`); default every neuron.
       samples: trajectories sampled per prompt at each point (at ``temperature``).
+      space: the component type; ``components`` / ``layers`` index its grid.
 
     Returns an :class:`Attribution`; ``scores.sum()`` approximates ``J(1) - J(baseline)``.
     """
@@ -218,7 +226,7 @@ def integrated_policy_gradient(model: Transformer, prompts, reward_fn: Callable,
     if not temperature > 0:
         raise ValueError(f"temperature={temperature!r}; expected > 0 (sampled trajectories)")
     alphas, weights = integration_points(method, steps)
-    shape = (model.config.n_layers, model.config.d_ff)
+    shape = (space or NEURONS).shape(model)
     mask = component_mask(shape, components, layers)
     prompts = np.asarray(prompts, np.int32)
     rows = np.repeat(np.arange(prompts.shape[0]), samples)
@@ -227,10 +235,10 @@ def integrated_policy_gradient(model: Transformer, prompts, reward_fn: Callable,
         s = 1.0 + (baseline + a * (1.0 - baseline) - 1.0) * mask
         comp, lens = sample(model, prompts[rows], s, max_new_tokens=max_new_tokens,
                             temperature=temperature, seed=seed * 1000 + k,
-                            stop_tokens=stop_tokens)
+                            stop_tokens=stop_tokens, space=space)
         r = check_rewards(reward_fn(rows, comp), rows.size)
         grads.append(policy_gradient(model, prompts[rows], comp, lens, r, s,
-                                     temperature=temperature) * mask)
+                                     temperature=temperature, space=space) * mask)
         mean_r.append(float(r.mean()))
     grads = np.stack(grads)
     scores = (1.0 - baseline) * np.tensordot(weights, grads, axes=1)
@@ -239,13 +247,13 @@ def integrated_policy_gradient(model: Transformer, prompts, reward_fn: Callable,
 
 def outcome(model: Transformer, prompts, reward_fn: Callable, scale=None, *,
             max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-            stop_tokens=()) -> float:
-    """Mean reward of trajectories (greedy at temperature 0) under ``scale [L, F]``
-    (default: the model as it is): the accuracy after an ablation or amplification."""
-    shape = (model.config.n_layers, model.config.d_ff)
-    s = np.ones(shape, np.float32) if scale is None else scale
+            stop_tokens=(), space=None) -> float:
+    """Mean reward of trajectories (greedy at temperature 0) under ``scale [L, F]`` of
+    ``space``'s components (default: the model as it is): the accuracy after an ablation
+    or amplification."""
+    comp, _ = sample(model, prompts, scale, max_new_tokens=max_new_tokens,
+                     temperature=temperature, seed=seed, stop_tokens=stop_tokens, space=space)
     prompts = np.asarray(prompts, np.int32)
-    comp, _ = sample(model, prompts, s, max_new_tokens=max_new_tokens,
-                     temperature=temperature, seed=seed, stop_tokens=stop_tokens)
     rows = np.arange(prompts.shape[0])
     return float(check_rewards(reward_fn(rows, comp), rows.size).mean())
+
