@@ -15,17 +15,17 @@ from lab.nn.layers import (
                            mrope_angles,
                            rope_frequencies,
 )
-from lab.nn.transformer import (
-                                CAPTURES,
-                                Attention,
-                                Block,
-                                Intermediates,
-                                Transformer,
-                                check_tokens,
-                                fuse_qkv,
-                                split_qkv,
-)
 from lab.nn.sae import FeatureScale, SparseAutoencoder, fit_sae, sae_stats
+from lab.nn.transformer import (
+                           CAPTURES,
+                           Attention,
+                           Block,
+                           Intermediates,
+                           Transformer,
+                           check_tokens,
+                           fuse_qkv,
+                           split_qkv,
+)
 from lab.nn.vision import PatchMerger, VisionEncoder
 from lab.nn.vlm import VLM, Embedded, choice_posterior, rope_index
 

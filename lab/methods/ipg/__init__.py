@@ -39,8 +39,9 @@ from lab.methods.ipg.components import Neurons, SAEFeatures
 from lab.methods.ipg.plant import ChainTask, PlantConfig, planted_neurons, train_planted
 
 __all__ = [
-    "METHODS", "Attribution", "ChainTask", "PlantConfig", "activation_magnitude",
-    "Neurons", "SAEFeatures", "activations", "answer_logit_grad", "answer_logits", "attribution_patching", "check_components",
+    "METHODS", "Attribution", "ChainTask", "Neurons", "PlantConfig", "SAEFeatures",
+    "activation_magnitude", "activations", "answer_logit_grad", "answer_logits",
+    "attribution_patching", "check_components",
     "check_rewards", "component_mask", "gradient_x_activation", "integrated_gradients",
     "integrated_policy_gradient", "integration_points", "outcome", "planted_neurons",
     "policy_gradient", "precision_at_k", "sample", "set_scale", "top_components",
