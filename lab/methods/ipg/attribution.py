@@ -4,8 +4,9 @@ stream: :mod:`lab.methods.ipg.components`), and ablation / amplification of the 
 
 A component's scale ``s`` multiplies its activation (``neuron_scale`` of
 :class:`lab.nn.Transformer`, or a :class:`lab.nn.FeatureScale` edit). The expected
-outcome reward of trajectories sampled under ``s``, ``J(s) = E_{x, y ~ pi_s(.|x)}[R(x,
-y)]``, is not differentiable through the samples, but its gradient is (REINFORCE, Williams 1992, the score-function estimator)::
+outcome reward of trajectories sampled under ``s``,
+``J(s) = E_{x, y ~ pi_s(.|x)}[R(x, y)]``, is not differentiable through the samples, but
+its gradient is (REINFORCE, Williams 1992, the score-function estimator)::
 
     dJ/ds = E[(R(x, y) - b) * d/ds sum_t log pi_s(y_t | x, y_<t)]
 
