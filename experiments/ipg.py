@@ -14,7 +14,13 @@ Methods, each ranking every MLP neuron of the model by ``|score|``:
 * ``random``: the expected precision of a random ranking (chance).
 
 Per method: precision@k (k = the planted set's size) and the greedy accuracy after its
-top-k neurons are ablated (scale 0) or amplified (``config.amplify``). Each seed of
+top-k neurons are ablated (scale 0) or amplified (``config.amplify``).
+
+The second component type (``config.sae``): a sparse autoencoder trained on the residual
+stream after the planted layer (on the model's own chains), whose features every method
+ranks again. No feature is planted, so the truth is measured: each feature ablated alone,
+exhaustively (:func:`sae_features`); the methods are scored by their rank agreement with
+it and by what ablating their top-k features does. Each seed of
 ``config.seeds`` trains its own planted model on its own data (:func:`run_seed`); the
 claims and regime checks read the means over seeds (:func:`over_seeds`), and the report
 lists each seed's numbers.
@@ -33,6 +39,7 @@ from lab import launch, outputs
 from lab.config import SEEDS, check
 from lab.methods import ipg
 from lab.methods.ipg.plant import EOS
+from lab.nn import fit_sae, sae_stats
 
 METHODS = ("ipg", "ipg_riemann", "activation", "grad_x_act", "integrated_gradients",
            "attribution_patching")
@@ -50,6 +57,11 @@ TASK_MIN = 0.9             # regime: the model solves the task
 REWARD_RANGE = (0.05, 0.95)  # regime: the sampled reward is not constant
 CHANCE_TOL = 0.1           # regime: the majority answer stays within this of chance
 MEDIATED_MIN = 0.9         # regime: with the chain given, the answer survives the ablation
+RANK_MARGIN = 0.1          # features: IPG's rank agreement with exhaustive ablation above
+                           # the best answer-logit baseline's by this much
+SAE_FVE_MIN = 0.9          # regime: the SAE reconstructs the residual stream
+TRUTH_DROP = 0.02          # a feature whose single ablation costs this much has an effect
+TRUTH_MIN = 2              # regime: at least this many features have one
 
 
 def _checks():
@@ -64,6 +76,10 @@ def _checks():
         "plant.plant_layer": (lambda v: v >= 0, "a layer index >= 0"),
         "n_eval": (lambda v: v >= 1, "an int >= 1"),
         "ig_steps": (lambda v: v >= 1, "an int >= 1"),
+        "sae.n_features": (lambda v: v >= 2, "an int >= 2"),
+        "sae.l1": (lambda v: v >= 0, ">= 0"),
+        "sae.steps": (lambda v: v >= 1, "an int >= 1"),
+        "sae.n_prompts": (lambda v: v >= 1, "an int >= 1"),
     }
 
 
@@ -110,6 +126,30 @@ def claim_rules(m: dict) -> list[dict]:
         outputs.claim("Path integration makes the attributions complete: they sum to the "
                       f"reward difference J(1) - J(0) within {COMPLETENESS_TOL}",
                       "|sum ipg - (J(1) - J(0))|", gap, gap <= COMPLETENESS_TOL),
+    ] + (sae_claim_rules(m["sae"]) if m.get("sae") else [])
+
+
+def sae_claim_rules(f: dict) -> list[dict]:
+    """The claims on SAE features, from ``f["methods"][name]`` with ``rank`` (Spearman
+    agreement with the exhaustive single-feature ablation) and ``ablated_drop``."""
+    meth = f["methods"]
+    best_rank = max(ANSWER_LOGIT, key=lambda n: meth[n]["rank"])
+    best_drop = max(ANSWER_LOGIT, key=lambda n: meth[n]["ablated_drop"])
+    rank = meth["ipg"]["rank"] - meth[best_rank]["rank"]
+    drop = meth["ipg"]["ablated_drop"]
+    margin = drop - meth[best_drop]["ablated_drop"]
+    return [
+        outputs.claim("On SAE features, IPG ranks the features by their measured effect on "
+                      "the outcome (each ablated alone) better than any answer-logit baseline: "
+                      f"Spearman above the best of them by >= {RANK_MARGIN}",
+                      f"features: rank agreement ipg - {best_rank}", rank, rank >= RANK_MARGIN),
+        outputs.claim("Ablating IPG's top-k SAE features modulates the outcome: accuracy falls "
+                      f"by >= {ABLATION_DROP}", "features: accuracy drop, ipg top-k ablated",
+                      drop, drop >= ABLATION_DROP),
+        outputs.claim("IPG's top-k SAE features move the outcome more than any answer-logit "
+                      f"baseline's top-k (by >= {ABLATION_MARGIN} accuracy)",
+                      f"features: accuracy drop ipg - {best_drop}", margin,
+                      margin >= ABLATION_MARGIN),
     ]
 
 
@@ -137,6 +177,20 @@ def regime_rules(m: dict) -> list[dict]:
         outputs.regime("the planted effect is mediated by the trajectory: with the clean "
                        f"chain given, the answer survives the planted ablation (>= "
                        f"{MEDIATED_MIN})", m["mediated"], m["mediated"] >= MEDIATED_MIN),
+    ] + (sae_regime_rules(m["sae"]) if m.get("sae") else [])
+
+
+def sae_regime_rules(f: dict) -> list[dict]:
+    """The regime of the SAE-feature comparison: ``fve`` of the SAE on held-out chains and
+    ``n_effective``, the number of features whose single ablation costs >= TRUTH_DROP
+    (over seeds, the fewest)."""
+    return [
+        outputs.regime(f"the SAE reconstructs the residual stream (fraction of variance "
+                       f"explained >= {SAE_FVE_MIN} on held-out chains)", f["fve"],
+                       f["fve"] >= SAE_FVE_MIN),
+        outputs.regime(f"the measured truth is not degenerate: >= {TRUTH_MIN} features each "
+                       f"cost >= {TRUTH_DROP} accuracy when ablated alone (fewest over seeds)",
+                       f["n_effective"], f["n_effective"] >= TRUTH_MIN),
     ]
 
 
@@ -259,10 +313,94 @@ def run_seed(config, seed: int) -> tuple[dict, dict]:
         "random_precision": k / (shape[0] * shape[1]), "planted": planted.tolist(), "k": k,
         "path_rewards": att.rewards.tolist(), "path_alphas": att.alphas.tolist(),
     }
+    if config.sae.enabled:
+        t3 = time.time()
+        probe = dict(xs=xs, clean=clean, ixs=ixs, rxs=rxs, seqs=seqs, cseqs=cseqs, index=index,
+                     target=target, ctarget=ccomp[:, task.answer_index])
+        measured["sae"] = sae_features(config, seed, model, task, probe)
+        timing["sae_s"] = time.time() - t3
     timing["total_s"] = time.time() - t0
     measured["timing"] = timing
     measured["claims_held"] = sum(c["holds"] for c in claim_rules(measured))
     return measured, scores
+
+
+def sae_features(config, seed: int, model, task, probe: dict) -> dict:
+    """The SAE-feature comparison of one seed's planted model: trains an SAE
+    (:func:`lab.nn.fit_sae`) on the residual stream after the planted layer at every
+    position of the model's own greedy chains on ``config.sae.n_prompts`` fresh prompts;
+    measures each feature's effect on the outcome by ablating it alone (the truth, on the
+    same prompts as the accuracies); runs IPG and the answer-logit baselines on the
+    features (the neuron comparison's prompts, ``probe``); returns, per method, the rank
+    agreement with the truth, precision@k against its top-k and the accuracy after its
+    top-k are ablated / amplified, with the SAE's statistics. ``k``: the number of
+    features whose single ablation costs >= TRUTH_DROP, at most the planted set's size
+    (at least 1)."""
+    c, sc = config.ipg, config.sae
+    layer = config.plant.plant_layer
+    gen = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
+
+    def chains(xs):
+        comp, _ = ipg.sample(model, task.prompts(xs), None, temperature=0.0, seed=0, **gen)
+        return np.concatenate([task.prompts(xs), comp], axis=1)[:, :-1]
+
+    acts = ipg.residual_stream(model, chains(task.operands(sc.n_prompts, seed + 4)), layer)
+    sae = fit_sae(acts.reshape(-1, acts.shape[-1]), sc.n_features, l1=sc.l1, steps=sc.steps,
+                  batch=sc.batch, learning_rate=sc.learning_rate, seed=seed)
+    held = ipg.residual_stream(model, probe["seqs"], layer)
+    stats = sae_stats(sae, held.reshape(-1, held.shape[-1]))
+    space = ipg.SAEFeatures({layer: sae})
+    shape = space.shape(model)
+    prompts, xs = task.prompts(probe["xs"]), probe["xs"]
+
+    def acc(scale):
+        return ipg.outcome(model, prompts, lambda rows, comp: task.rewards(xs[rows], comp),
+                           scale, space=space, **gen)
+
+    clean = probe["clean"]
+    truth = np.array([[clean - acc(ipg.set_scale(shape, np.array([[0, j]]), 0.0))
+                       for j in range(shape[1])]])
+    n_effective = int(np.sum(truth >= TRUTH_DROP))
+    k = max(1, min(config.plant.n_planted, n_effective))
+    ixs, rxs = probe["ixs"], probe["rxs"]
+    att = ipg.integrated_policy_gradient(
+        model, task.prompts(ixs), lambda rows, comp: task.rewards(ixs[rows], comp),
+        method=c.method, steps=c.steps, baseline=c.baseline, temperature=c.temperature,
+        samples=c.samples, seed=seed, space=space, **gen)
+    s_t = dict(temperature=c.temperature, seed=seed + 7, space=space, **gen)
+    rr = lambda rows, comp: task.rewards(rxs[rows], comp)  # noqa: E731
+    j1 = ipg.outcome(model, task.prompts(rxs), rr, None, **s_t)
+    j0 = ipg.outcome(model, task.prompts(rxs), rr, np.full(shape, c.baseline, np.float32),
+                     **s_t)
+    seqs, index, target = probe["seqs"], probe["index"], probe["target"]
+    scores = {
+        "ipg": att.scores,
+        "activation": ipg.activation_magnitude(model, seqs, space),
+        "grad_x_act": ipg.gradient_x_activation(model, seqs, index, target, space),
+        "integrated_gradients": ipg.integrated_gradients(model, seqs, index, target,
+                                                         steps=config.ig_steps,
+                                                         baseline=c.baseline, space=space),
+        "attribution_patching": ipg.attribution_patching(model, seqs, probe["cseqs"], index,
+                                                         target, probe["ctarget"], space),
+        "exhaustive_ablation": truth,
+    }
+    true_top = ipg.top_components(truth, k)
+    methods = {}
+    for name, sc_ in scores.items():
+        top = ipg.top_components(sc_, k)
+        abl, amp = acc(ipg.set_scale(shape, top, 0.0)), acc(ipg.set_scale(shape, top,
+                                                                          config.amplify))
+        methods[name] = {"rank": ipg.rank_correlation(sc_, truth),
+                         "precision": ipg.precision_at_k(sc_, true_top, k),
+                         "ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
+                         "amplified_change": amp - clean}
+    ipg_sum = float(att.scores.sum())
+    return {"k": k, "layer": layer, "n_features": shape[1], **stats,
+            "n_effective": n_effective,
+            "all_ablated": acc(np.zeros(shape, np.float32)), "truth_max": float(truth.max()),
+            "methods": methods, "random_precision": k / shape[1],
+            "completeness": {"sum": ipg_sum, "delta": j1 - j0, "gap": abs(ipg_sum - (j1 - j0))},
+            "path_rewards": att.rewards.tolist()}
 
 
 def over_seeds(per_seed: list[dict]) -> dict:
@@ -278,7 +416,20 @@ def over_seeds(per_seed: list[dict]) -> dict:
                    "top": first["methods"][n]["top"]} for n in first["methods"]}
     plant = outputs.means_over(per_seed, ("clean", "planted_ablated", "drop"), "plant")
     plant["worst_random_drop"] = max(s["plant"]["worst_random_drop"] for s in per_seed)
-    return {"methods": methods, "plant": plant,
+    out = {}
+    if first.get("sae"):
+        fs = [s["sae"] for s in per_seed]
+        fkeys = ("rank", "precision", "ablated", "ablated_drop", "amplified",
+                 "amplified_change")
+        out["sae"] = {
+            **outputs.means_over(fs, ("fve", "l0", "dead", "all_ablated", "truth_max", "k",
+                                      "random_precision")),
+            "methods": {n: outputs.means_over(fs, fkeys, "methods", n)
+                        for n in fs[0]["methods"]},
+            "completeness": outputs.means_over(fs, fs[0]["completeness"], "completeness"),
+            "n_effective": min(f["n_effective"] for f in fs),
+            "layer": fs[0]["layer"], "n_features": fs[0]["n_features"]}
+    return {**out, "methods": methods, "plant": plant,
             "completeness": outputs.means_over(per_seed, first["completeness"],
                                                "completeness"),
             **outputs.means_over(per_seed, ("majority", "chance", "mediated", "reward_mean",
@@ -317,6 +468,22 @@ def main_table(results) -> list[dict]:
     return rows
 
 
+def sae_table(results) -> list[dict]:
+    """One row per method on the SAE features (means over seeds): rank agreement with the
+    exhaustive single-feature ablation (Spearman), precision@k against its top-k, the
+    accuracy after ablating / amplifying the top-k; ``exhaustive_ablation`` is the truth
+    itself, ``random ranking`` chance."""
+    f = results["sae"]
+    rows = [{"method": name, "rank agreement": m["rank"], "precision@k": m["precision"],
+             "acc ablated": m["ablated"], "drop": m["ablated_drop"],
+             "acc amplified": m["amplified"], "change": m["amplified_change"]}
+            for name, m in f["methods"].items()]
+    rows.append({"method": "random ranking (chance)", "rank agreement": 0.0,
+                 "precision@k": f["random_precision"], "acc ablated": None, "drop": None,
+                 "acc amplified": None, "change": None})
+    return rows
+
+
 def seed_table(results) -> list[dict]:
     """One row per seed: the numbers each claim and the plant check read."""
     rows = []
@@ -331,15 +498,38 @@ def seed_table(results) -> list[dict]:
             "planted drop": p["drop"], "worst control drop": p["worst_random_drop"],
             "planted missed by ipg, ablated": p["missed_ablated"],
             "claims held": s["claims_held"], "seconds": s["timing"]["total_s"]})
+        if s.get("sae"):
+            f = s["sae"]["methods"]
+            rows[-1].update({
+                "features: fve": s["sae"]["fve"], "k": s["sae"]["k"],
+                "rank ipg": f["ipg"]["rank"],
+                "best baseline rank": max(f[n]["rank"] for n in ANSWER_LOGIT),
+                "feature drop ipg": f["ipg"]["ablated_drop"],
+                "best baseline feature drop": max(f[n]["ablated_drop"] for n in ANSWER_LOGIT)})
     return rows
 
 
 def _report(results) -> str:
     p, c = results["plant"], results["completeness"]
+    sae = []
+    if results.get("sae"):
+        f = results["sae"]
+        fc = f["completeness"]
+        sae = [f"## SAE features (layer {f['layer']}, {f['n_features']} features; means over "
+               "seeds)\n",
+               outputs.markdown_table(sae_table(results)), "\n",
+               f"SAE on held-out chains: fraction of variance explained {f['fve']:.3f}, "
+               f"{f['l0']:.1f} active features per position, {f['dead']:.2f} of them dead. "
+               f"k = {f['k']:.1f} (features whose single ablation costs >= {TRUTH_DROP}, at "
+               f"most the planted set's size; the fewest over seeds {f['n_effective']}); the "
+               f"costliest single feature {f['truth_max']:.3f}; all features ablated: "
+               f"accuracy {f['all_ablated']:.3f}. Completeness on features: sum of IPG "
+               f"{fc['sum']:.3f}, J(1) - J(0) {fc['delta']:.3f}, gap {fc['gap']:.3f}.\n"]
     return "\n".join([
         f"## Attribution (k = {results['k']} planted neurons; means over seeds "
         f"{results['seeds']})\n",
         outputs.markdown_table(main_table(results)), "\n",
+        *sae,
         "## Each seed (its own planted model and data)\n",
         outputs.markdown_table(seed_table(results)), "\n",
         f"Plant (means): unablated {p['clean']:.3f}, planted set ablated "

@@ -17,9 +17,9 @@ def test_ipg_runs_end_to_end_at_the_test_preset(tmp_path):
     for name in ("config.json", "results.json", "report.md", "ipg.png"):
         assert os.path.exists(tmp_path / name), name
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 5
+    assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 8
     assert results["claims"] == exp.claim_rules(results)
-    assert results["regime"] == exp.regime_rules(results) and len(results["regime"]) == 6
+    assert results["regime"] == exp.regime_rules(results) and len(results["regime"]) == 8
     assert set(results["methods"]) == set(exp.METHODS)
     for name, m in results["methods"].items():
         assert 0.0 <= m["precision"] <= 1.0 and 0.0 <= m["ablated"] <= 1.0, name
@@ -33,6 +33,13 @@ def test_ipg_runs_end_to_end_at_the_test_preset(tmp_path):
     first, second = results["per_seed"]
     assert first["methods"]["ipg"]["precision"] + second["methods"]["ipg"]["precision"] == \
         pytest.approx(2 * results["methods"]["ipg"]["precision"])
+    # the SAE-feature comparison: every method, the measured truth, its own table
+    f = results["sae"]
+    assert set(f["methods"]) == set(exp.METHODS) - {"ipg_riemann"} | {"exhaustive_ablation"}
+    assert f["methods"]["exhaustive_ablation"]["rank"] in (pytest.approx(1.0), 0.0)  # 0: flat
+    assert 0.0 <= f["fve"] <= 1.0 and f["n_features"] == get_config("test").sae.n_features
+    assert "## SAE features" in (tmp_path / "report.md").read_text()
+    assert [r["method"] for r in exp.sae_table(results)][-1] == "random ranking (chance)"
 
 
 def _fabricated(p_ipg=0.8, p_base=0.2, drop_ipg=0.7, drop_base=0.3, ipg_sum=0.85,
@@ -47,6 +54,13 @@ def _fabricated(p_ipg=0.8, p_base=0.2, drop_ipg=0.7, drop_base=0.3, ipg_sum=0.85
             "plant": {"clean": clean, "planted_ablated": planted, "drop": clean - planted,
                       "worst_random_drop": clean - min(random)},
             "reward_mean": reward, "majority": majority, "chance": 0.2, "mediated": mediated}
+
+
+def _sae(rank_ipg=0.6, rank_base=0.3, drop_ipg=0.6, drop_base=0.3, fve=0.95, n_effective=4):
+    """SAE-feature numbers where every feature claim and regime check holds."""
+    methods = {n: {"rank": rank_base, "ablated_drop": drop_base} for n in exp.ANSWER_LOGIT}
+    methods["ipg"] = {"rank": rank_ipg, "ablated_drop": drop_ipg}
+    return {"methods": methods, "fve": fve, "n_effective": n_effective, "k": 4}
 
 
 def _holds(rules):
@@ -67,6 +81,23 @@ def test_claim_rules_hold_on_a_case_built_to_hold():
 def test_each_claim_rule_fails_on_a_case_built_to_fail(i, kwargs):
     held = _holds(exp.claim_rules(_fabricated(**kwargs)))
     assert held[i] is False, held
+
+
+def test_sae_claim_and_regime_rules_hold_and_fail():
+    m = dict(_fabricated(), sae=_sae())
+    assert _holds(exp.claim_rules(m)) == [True] * 8
+    assert _holds(exp.regime_rules(m)) == [True] * 8
+    for i, kwargs in enumerate([dict(rank_base=0.55), dict(drop_ipg=0.2, drop_base=0.0),
+                                dict(drop_base=0.55)]):
+        held = _holds(exp.sae_claim_rules(_sae(**kwargs)))
+        assert held[i] is False, (i, kwargs, held)
+    # the best baseline decides: one method with a high rank is enough to fail claim 0
+    f = _sae()
+    f["methods"]["activation"] = {"rank": 0.65, "ablated_drop": 0.0}
+    assert _holds(exp.sae_claim_rules(f))[0] is False
+    for i, kwargs in enumerate([dict(fve=0.5), dict(n_effective=1)]):
+        held = _holds(exp.sae_regime_rules(_sae(**kwargs)))
+        assert held[i] is False, (i, kwargs, held)
 
 
 def test_the_best_baseline_decides_the_comparisons():
@@ -115,6 +146,19 @@ def test_over_seeds_averages_and_keeps_the_worst_control():
     bad = exp.over_seeds([_seed(0, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.3),
                           _seed(1, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.0)])
     assert _holds(exp.regime_rules(bad))[1] is False
+    # features: means over seeds, and the fewest effective features of any seed
+    with_sae = []
+    for i, (rank, n_eff) in enumerate([(0.8, 5), (0.2, 1)]):
+        f = _sae(rank_ipg=rank, n_effective=n_eff)
+        for m in f["methods"].values():
+            m.update(precision=0.5, ablated=0.5, amplified=1.0, amplified_change=0.0)
+        f.update(l0=3.0, dead=0.1, all_ablated=0.2, truth_max=0.3, random_precision=0.1,
+                 layer=0, n_features=16, completeness={"sum": 0.5, "delta": 0.6, "gap": 0.1})
+        with_sae.append(dict(_seed(i, p_ipg=1.0, gap=0.0, clean=1.0, worst=0.0), sae=f))
+    m = exp.over_seeds(with_sae)
+    assert m["sae"]["methods"]["ipg"]["rank"] == pytest.approx(0.5)
+    assert m["sae"]["n_effective"] == 1
+    assert _holds(exp.regime_rules(m))[-1] is False
 
 
 def test_bad_config_names_the_key():

@@ -281,6 +281,16 @@ def test_attribution_patching_on_features_reads_features_off_in_the_clean_run():
                                0.0, atol=1e-7)
 
 
+def test_rank_correlation_on_hand_cases():
+    assert ipg.rank_correlation([[1, 2, 3, 4]], [[10, 20, 30, 40]]) == pytest.approx(1.0)
+    assert ipg.rank_correlation([[-4, 3, -2, 1]], [[1, 2, 3, 4]]) == pytest.approx(-1.0)
+    assert ipg.rank_correlation([[1, 2, 3]], [[0, 0, 0]]) == 0.0          # flat truth
+    # ties share their mean rank: scipy.stats.spearmanr([1, 1, 2], [1, 2, 3]) = 0.866
+    assert ipg.rank_correlation([[1, 1, 2]], [[1, 2, 3]]) == pytest.approx(0.8660254)
+    with pytest.raises(ValueError, match="truth has 2 entries"):
+        ipg.rank_correlation([[1, 2, 3]], [[1, 2]])
+
+
 def test_sae_features_check_the_model():
     space = _hand_sae()
     with pytest.raises(ValueError, match="the model has 1 blocks"):
@@ -289,6 +299,8 @@ def test_sae_features_check_the_model():
         space.shape(_model())
     with pytest.raises(ValueError, match="saes is empty"):
         ipg.SAEFeatures({})
+    with pytest.raises(ValueError, match="layer=1"):
+        ipg.residual_stream(_hand_set(), np.zeros((1, 2), np.int32), 1)
 
 
 # -- the task -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from lab.methods.ipg.attribution import (
     outcome,
     policy_gradient,
     precision_at_k,
+    rank_correlation,
     sample,
     set_scale,
     top_components,
@@ -35,7 +36,7 @@ from lab.methods.ipg.baselines import (
     gradient_x_activation,
     integrated_gradients,
 )
-from lab.methods.ipg.components import Neurons, SAEFeatures
+from lab.methods.ipg.components import Neurons, SAEFeatures, residual_stream
 from lab.methods.ipg.plant import ChainTask, PlantConfig, planted_neurons, train_planted
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "attribution_patching", "check_components",
     "check_rewards", "component_mask", "gradient_x_activation", "integrated_gradients",
     "integrated_policy_gradient", "integration_points", "outcome", "planted_neurons",
-    "policy_gradient", "precision_at_k", "sample", "set_scale", "top_components",
+    "policy_gradient", "precision_at_k", "rank_correlation", "residual_stream", "sample",
+    "set_scale", "top_components",
     "train_planted",
 ]

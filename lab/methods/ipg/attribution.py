@@ -128,6 +128,30 @@ def precision_at_k(scores, truth, k: int) -> float:
     return len(top & true) / k
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``x``, ties sharing their mean rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size)
+    ranks[order] = np.arange(1, x.size + 1)
+    _, inv = np.unique(x, return_inverse=True)
+    sums = np.bincount(inv, weights=ranks)
+    return (sums / np.bincount(inv))[inv]
+
+
+def rank_correlation(scores, truth) -> float:
+    """Spearman's rank correlation between ``|scores|`` and the sizes ``|truth|`` of the
+    measured effects (same shape; ties share their mean rank), as :func:`top_components`
+    ranks by size; 0 when either is constant."""
+    a = np.abs(np.asarray(scores, np.float64)).ravel()
+    b = np.abs(np.asarray(truth, np.float64)).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"truth has {b.size} entries; expected one per component, {a.size}")
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = np.sqrt((ra ** 2).sum() * (rb ** 2).sum())
+    return float((ra * rb).sum() / den) if den > 0 else 0.0
+
+
 def sample(model: Transformer, prompts, scale, *, max_new_tokens: int, temperature: float,
            seed: int, stop_tokens=(), space=None) -> tuple[np.ndarray, np.ndarray]:
     """Trajectories sampled under the component scale ``[L, F]`` of ``space`` (default

@@ -14,10 +14,12 @@ and merge them back: the SAEs' weights travel as state, the choice of type as th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from lab.nn import (
@@ -109,3 +111,19 @@ def split(model: Transformer, space: nnx.Module | None):
     """``nnx.split((model, space))`` (``space`` None: :class:`Neurons`), for the jitted
     functions of this package, which merge them back."""
     return nnx.split((model, NEURONS if space is None else space))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _residual_jit(graphdef, state, tokens, layer):
+    _, inter = nnx.merge(graphdef, state)(tokens, capture=("hidden",))
+    return inter.hidden[layer + 1]
+
+
+def residual_stream(model: Transformer, tokens, layer: int) -> np.ndarray:
+    """``[B, T, D]``: the residual stream after block ``layer`` on ``tokens [B, T]`` (what
+    an SAE of :class:`SAEFeatures` at that layer reads)."""
+    if not 0 <= layer < model.config.n_layers:
+        raise ValueError(f"layer={layer!r}; expected a block index in "
+                         f"[0, {model.config.n_layers})")
+    return np.asarray(_residual_jit(*nnx.split(model), jnp.asarray(tokens, jnp.int32),
+                                    int(layer)))
