@@ -62,6 +62,7 @@ RANK_MARGIN = 0.1          # features: IPG's rank agreement with exhaustive abla
 SAE_FVE_MIN = 0.9          # regime: the SAE reconstructs the residual stream
 TRUTH_DROP = 0.02          # a feature whose single ablation costs this much has an effect
 TRUTH_MIN = 2              # regime: at least this many features have one
+SAE_PART = "SAE features"  # the part of the report the feature claims and checks belong to
 
 
 def _checks():
@@ -139,17 +140,18 @@ def sae_claim_rules(f: dict) -> list[dict]:
     drop = meth["ipg"]["ablated_drop"]
     margin = drop - meth[best_drop]["ablated_drop"]
     return [
-        outputs.claim("On SAE features, IPG ranks the features by their measured effect on "
-                      "the outcome (each ablated alone) better than any answer-logit baseline: "
-                      f"Spearman above the best of them by >= {RANK_MARGIN}",
-                      f"features: rank agreement ipg - {best_rank}", rank, rank >= RANK_MARGIN),
-        outputs.claim("Ablating IPG's top-k SAE features modulates the outcome: accuracy falls "
-                      f"by >= {ABLATION_DROP}", "features: accuracy drop, ipg top-k ablated",
-                      drop, drop >= ABLATION_DROP),
-        outputs.claim("IPG's top-k SAE features move the outcome more than any answer-logit "
+        outputs.claim("IPG ranks the features by their measured effect on the outcome (each "
+                      "ablated alone) better than any answer-logit baseline: Spearman above "
+                      f"the best of them by >= {RANK_MARGIN}",
+                      f"rank agreement ipg - {best_rank}", rank, rank >= RANK_MARGIN,
+                      part=SAE_PART),
+        outputs.claim("Ablating IPG's top-k features modulates the outcome: accuracy falls "
+                      f"by >= {ABLATION_DROP}", "accuracy drop, ipg top-k features ablated",
+                      drop, drop >= ABLATION_DROP, part=SAE_PART),
+        outputs.claim("IPG's top-k features move the outcome more than any answer-logit "
                       f"baseline's top-k (by >= {ABLATION_MARGIN} accuracy)",
-                      f"features: accuracy drop ipg - {best_drop}", margin,
-                      margin >= ABLATION_MARGIN),
+                      f"accuracy drop ipg - {best_drop} (features)", margin,
+                      margin >= ABLATION_MARGIN, part=SAE_PART),
     ]
 
 
@@ -187,10 +189,10 @@ def sae_regime_rules(f: dict) -> list[dict]:
     return [
         outputs.regime(f"the SAE reconstructs the residual stream (fraction of variance "
                        f"explained >= {SAE_FVE_MIN} on held-out chains)", f["fve"],
-                       f["fve"] >= SAE_FVE_MIN),
+                       f["fve"] >= SAE_FVE_MIN, part=SAE_PART),
         outputs.regime(f"the measured truth is not degenerate: >= {TRUTH_MIN} features each "
                        f"cost >= {TRUTH_DROP} accuracy when ablated alone (fewest over seeds)",
-                       f["n_effective"], f["n_effective"] >= TRUTH_MIN),
+                       f["n_effective"], f["n_effective"] >= TRUTH_MIN, part=SAE_PART),
     ]
 
 

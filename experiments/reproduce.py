@@ -15,8 +15,9 @@ experiments use is trained once. A failing experiment is logged with its traceba
 (``workdir/<name>/error.txt``) and recorded, and the others still run.
 ``workdir/report.md`` starts with a scoreboard of every claim of every
 experiment, each marked informative or not by its run's regime checks
-(``results["regime"]``, :func:`lab.outputs.regime`: a claim of a run whose regime
-fails is not informative, one of a run that states none is unchecked), then the
+(``results["regime"]``, :func:`lab.outputs.regime`: a claim is not informative when a
+check of its run, or of its part of the run, fails, and unchecked when its run states
+none; :func:`lab.outputs.claim_informative`), then the
 regime checks, a status table (experiment, status, wall, CPU and compile seconds), a
 models table (each zoo model an experiment loaded: shipped with Lab, cached on this
 host or trained in this run, its stored dtype, its training seconds and the host that
@@ -56,7 +57,14 @@ from tqdm import tqdm
 from experiments import results_doc
 from lab import console, host, timing, zoo
 from lab.config import check_preset
-from lab.outputs import atomic_write_text, format_value, markdown_table, regime_holds, write_json
+from lab.outputs import (
+    atomic_write_text,
+    claim_informative,
+    format_value,
+    markdown_table,
+    regime_holds,
+    write_json,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_EXPERIMENTS = frozenset({"reproduce", "train_lm"})
@@ -141,24 +149,25 @@ def combined_report(preset: str, entries: Sequence[dict], workdir: str,
     and how many experiments ran at once, ``jobs``)."""
     claims = [(e, c) for e in entries for c in e.get("claims", [])]
     held = sum(c["holds"] for _, c in claims)
-    by = {k: [c for e, c in claims if regime_holds(e) is k] for k in INFORMATIVE}
+    by = {k: [c for e, c in claims if claim_informative(e, c) is k] for k in INFORMATIVE}
     out = [f"# Lab reproduction report (preset `{preset}`)\n",
            f"{held} of {len(claims)} claims hold; "
            f"{sum(e['status'] == 'ok' for e in entries)} of {len(entries)} experiments ran"
            + ("" if seconds is None else f" in {seconds / 60:.1f} minutes of wall-clock time"
               f" ({jobs} at a time)") + ".\n",
-           f"Informative (their run's regime checks hold): {len(by[True])} claims, "
-           f"{sum(c['holds'] for c in by[True])} of them hold. Not informative (a regime check "
-           f"of their run fails): {len(by[False])}. Unchecked (their experiment states no "
-           f"regime): {len(by[None])}.\n",
+           f"Informative (the regime checks of their run, or of their part of it, hold): "
+           f"{len(by[True])} claims, {sum(c['holds'] for c in by[True])} of them hold. Not "
+           f"informative (such a check fails): {len(by[False])}. Unchecked (their experiment "
+           f"states no regime): {len(by[None])}.\n",
            "## Scoreboard\n"]
     rows = [{"experiment": e["name"], "holds": "yes" if c["holds"] else "no",
-             "informative": INFORMATIVE[regime_holds(e)], "claim": c["claim"],
+             "informative": INFORMATIVE[claim_informative(e, c)], "claim": c["claim"],
              "metric": c["metric"], "measured": format_value(c["measured"])}
             for e, c in claims]
     out.append(markdown_table(rows) if rows else "(no claims: no experiment finished)\n")
     checks = [{"experiment": e["name"], "holds": "yes" if r["holds"] else "no",
-               "check": r["check"], "measured": format_value(r["measured"])}
+               "check": (f"[{r['part']}] " if r.get("part") else "") + r["check"],
+               "measured": format_value(r["measured"])}
               for e in entries for r in e.get("regime", [])]
     out.append("\n## Regime\n")
     out.append(markdown_table(checks) if checks else "(no experiment states regime checks)\n")
@@ -417,9 +426,10 @@ def _run_all(preset, workdir, only, results_doc_path, retrain, jobs) -> dict:
         "experiments": entries,
         "claims_held": sum(c["holds"] for e in entries for c in e["claims"]),
         "claims_total": sum(len(e["claims"]) for e in entries),
-        "claims_informative": sum(len(e["claims"]) for e in entries if e["informative"]),
-        "claims_informative_held": sum(c["holds"] for e in entries if e["informative"]
-                                       for c in e["claims"]),
+        "claims_informative": sum(bool(claim_informative(e, c)) for e in entries
+                                  for c in e["claims"]),
+        "claims_informative_held": sum(c["holds"] for e in entries for c in e["claims"]
+                                       if claim_informative(e, c)),
         "failed": [e["name"] for e in entries if e["status"] != "ok"],
         "left_out": skipped,
     }

@@ -13,6 +13,10 @@ true of the run for its claims to say anything (the model solves the task at all
 the effect the method exploits is there to exploit). When a regime check fails
 the claims are reported, and marked not informative (:func:`regime_holds`).
 
+An experiment with separate parts (e.g. one method on two component types) names a
+claim's and a check's ``part``: a check with a part speaks for that part's claims only,
+a check without one for every claim (:func:`claim_informative`).
+
 Experiments that train once per seed decide their claims on means over the seeds'
 results (:func:`mean_over`, :func:`means_over`).
 
@@ -36,7 +40,8 @@ from lab.atomic import write_text as atomic_write_text
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "claim", "claims_table", "format_number",
-    "format_value", "markdown_table", "mean_over", "means_over", "regime", "regime_holds",
+    "claim_informative", "format_value", "markdown_table", "mean_over", "means_over", "regime",
+    "regime_holds", "regime_verdict",
     "regime_table", "save_figure", "to_jsonable", "write_json", "write_outputs",
 ]
 
@@ -73,20 +78,21 @@ def write_json(path: str, obj: Any) -> None:
     atomic.write_json(path, to_jsonable(obj))
 
 
-def claim(statement: str, metric: str, measured: Any, holds: bool) -> dict:
-    """One entry of ``results["claims"]``; ``holds`` comes from a rule in the experiment."""
-    return {
-        "claim": statement,
-        "metric": metric,
-        "measured": to_jsonable(measured),
-        "holds": bool(holds),
-    }
+def claim(statement: str, metric: str, measured: Any, holds: bool,
+          part: str | None = None) -> dict:
+    """One entry of ``results["claims"]``; ``holds`` comes from a rule in the experiment;
+    ``part``: the part of the experiment it belongs to (None: the experiment as a whole)."""
+    out = {"claim": statement, "metric": metric, "measured": to_jsonable(measured),
+           "holds": bool(holds)}
+    return out if part is None else dict(out, part=part)
 
 
-def regime(check: str, measured: Any, holds: bool) -> dict:
+def regime(check: str, measured: Any, holds: bool, part: str | None = None) -> dict:
     """One entry of ``results["regime"]``: ``check`` states what must be true of the run
-    (thresholds included), ``measured`` the number it was decided on."""
-    return {"check": check, "measured": to_jsonable(measured), "holds": bool(holds)}
+    (thresholds included), ``measured`` the number it was decided on; ``part``: the part
+    whose claims it speaks for (None: every claim)."""
+    out = {"check": check, "measured": to_jsonable(measured), "holds": bool(holds)}
+    return out if part is None else dict(out, part=part)
 
 
 def regime_holds(results: Mapping[str, Any]) -> bool | None:
@@ -94,6 +100,31 @@ def regime_holds(results: Mapping[str, Any]) -> bool | None:
     the experiment states none (its claims are then unchecked, not uninformative)."""
     checks = results.get("regime") or []
     return all(c["holds"] for c in checks) if checks else None
+
+
+def claim_informative(results: Mapping[str, Any], claim: Mapping[str, Any]) -> bool | None:
+    """Whether the regime checks that speak for ``claim`` hold (those without a part, and
+    those of the claim's part): True / False, or None when none does."""
+    part = claim.get("part")
+    checks = [c for c in results.get("regime") or [] if c.get("part") in (None, part)]
+    return all(c["holds"] for c in checks) if checks else None
+
+
+def regime_verdict(results: Mapping[str, Any]) -> str:
+    """One sentence on what the regime checks of ``results`` make of its claims."""
+    checks = results.get("regime") or []
+    if not checks:
+        return "The experiment states no regime checks: its claims are unchecked."
+    failed = [c for c in checks if not c["holds"]]
+    if not failed:
+        return "Every regime check holds: the claims are informative."
+    parts = sorted({c.get("part") for c in failed}, key=str)
+    if None in parts:
+        return ("A regime check fails: the run is outside the regime where the method's "
+                "effect can show, so its claims are not informative.")
+    names = ", ".join(f"'{p}'" for p in parts)
+    return (f"A regime check of the part {names} fails: that part's claims are not "
+            "informative; the other claims are (their checks hold).")
 
 
 def mean_over(rows: Sequence[Mapping[str, Any]], *path: str) -> float:
@@ -184,14 +215,18 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
 
 def claims_table(claims: Sequence[Mapping[str, Any]]) -> str:
     """The claims as a table: holds, claim, metric, measured (rounded, compact)."""
-    rows = [{"holds": "yes" if c["holds"] else "no", "claim": c["claim"], "metric": c["metric"],
-             "measured": format_value(c["measured"])} for c in claims]
+    rows = [{"holds": "yes" if c["holds"] else "no", "claim": _parted(c, "claim"),
+             "metric": c["metric"], "measured": format_value(c["measured"])} for c in claims]
     return markdown_table(rows, ["holds", "claim", "metric", "measured"])
+
+
+def _parted(entry: Mapping[str, Any], key: str) -> str:
+    return f"[{entry['part']}] {entry[key]}" if entry.get("part") else entry[key]
 
 
 def regime_table(checks: Sequence[Mapping[str, Any]]) -> str:
     """The regime checks as a table: holds, check, measured (rounded, compact)."""
-    rows = [{"holds": "yes" if c["holds"] else "no", "check": c["check"],
+    rows = [{"holds": "yes" if c["holds"] else "no", "check": _parted(c, "check"),
              "measured": format_value(c["measured"])} for c in checks]
     return markdown_table(rows, ["holds", "check", "measured"])
 
@@ -199,7 +234,7 @@ def regime_table(checks: Sequence[Mapping[str, Any]]) -> str:
 def _check_regime(name: str, checks: Any) -> None:
     keys = {"check", "measured", "holds"}
     if not isinstance(checks, (list, tuple)) or not all(
-            isinstance(c, Mapping) and set(c) == keys for c in checks):
+            isinstance(c, Mapping) and set(c) - {"part"} == keys for c in checks):
         raise ValueError(f"results['regime'] of {name!r} is {checks!r}; expected a list of "
                          f"{{'check', 'measured', 'holds'}} entries (lab.outputs.regime)")
 
@@ -232,11 +267,8 @@ def write_outputs(workdir: str, *, name: str, config: Any, results: Mapping[str,
     write_json(os.path.join(workdir, "results.json"), results)
     text = [f"# {name}\n", "## Claims\n", claims_table(results["claims"]), "\n"]
     if results.get("regime"):
-        verdict = ("Every regime check holds: the claims above are informative."
-                   if regime_holds(results) else
-                   "A regime check fails: the run is outside the regime where the method's "
-                   "effect can show, so the claims above are not informative.")
-        text += ["## Regime\n", regime_table(results["regime"]), "\n", verdict, "\n\n"]
+        text += ["## Regime\n", regime_table(results["regime"]), "\n",
+                 regime_verdict(results), "\n\n"]
     text += [report.rstrip(), "\n"]
     for p in plots:
         text.append(f"\n![{p}]({p})\n")

@@ -198,7 +198,18 @@ def test_regime_is_written_tabled_and_decides_informativeness(tmp_path):
     assert "| yes | It works. | accuracy | a=0.988, b=0.5 |" in report
     assert "## Regime" in report and "| no | one pass below 0.9 | 0.99 |" in report
     assert "| yes | full-cache exact match in [0.3, 0.95] | 0.812 |" in report
-    assert "claims above are not informative" in report
+    assert "so its claims are not informative" in report
+    # a check with a part speaks for that part's claims only
+    c_b = outputs.claim("B works.", "m", 0.1, False, part="B")
+    bad_b = outputs.regime("B's truth not flat", 1, False, part="B")
+    assert c_b["part"] == "B" and "part" not in c and bad_b["part"] == "B"
+    res_b = {"claims": [c, c_b], "regime": [ok, bad_b]}
+    assert outputs.claim_informative(res_b, c) is True
+    assert outputs.claim_informative(res_b, c_b) is False
+    assert outputs.claim_informative({"claims": [c]}, c) is None
+    assert outputs.claim_informative(res, c_b) is False      # a check without a part fails
+    assert "the part 'B' fails" in outputs.regime_verdict(res_b)
+    assert outputs.regime_verdict({"regime": [ok]}).startswith("Every regime check holds")
     with pytest.raises(ValueError, match=r"results\['regime'\] of 'exp'.*expected a list"):
         outputs.write_outputs(str(tmp_path), name="exp", config={}, report="",
                               results={"claims": [c], "regime": [{"check": "x"}]})

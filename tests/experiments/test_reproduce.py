@@ -86,7 +86,16 @@ def _fake_registry(monkeypatch, ran):
             "claims": [claim("On works.", "m", 0.123456, True)],
             "regime": [regime("accuracy in [0.3, 0.95]", 0.5, True)]})
 
-    runs = {"broken": broken, "fine": fine, "off": off, "on": on}
+    def parts(config, workdir):  # its second part's check fails: only that part's claims
+        ran.append("parts")
+        return write_outputs(workdir, name="parts", config=config, report="parts body",
+                             results={
+            "claims": [claim("A works.", "m", 1.0, True),
+                       claim("B works.", "m", 0.2, False, part="B")],
+            "regime": [regime("task solved", 1.0, True),
+                       regime("B's truth not flat", 1, False, part="B")]})
+
+    runs = {"broken": broken, "fine": fine, "off": off, "on": on, "parts": parts}
     monkeypatch.setattr(reproduce, "discover", lambda root=None: list(runs))
     monkeypatch.setattr(reproduce, "load", lambda name: (get_config, runs[name]))
 
@@ -95,8 +104,8 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
     ran = []
     _fake_registry(monkeypatch, ran)
     summary = reproduce.run_all("test", str(tmp_path))
-    assert ran == ["broken", "fine", "off", "on"]
-    assert summary["failed"] == ["broken"] and summary["claims_held"] == 3
+    assert ran == ["broken", "fine", "off", "on", "parts"]
+    assert summary["failed"] == ["broken"] and summary["claims_held"] == 4
     report = (tmp_path / "report.md").read_text()
     assert "| broken | failed |" in report and "RuntimeError: deliberate failure" in report
     assert "| fine | yes | unchecked | Fine works. |" in report and "fine body" in report
@@ -159,13 +168,22 @@ def test_claims_of_a_run_whose_regime_fails_are_not_informative(tmp_path, monkey
     _fake_registry(monkeypatch, [])
     summary = reproduce.run_all("test", str(tmp_path))
     informative = {e["name"]: e["informative"] for e in summary["experiments"]}
-    assert informative == {"broken": None, "fine": None, "off": False, "on": True}
-    assert summary["claims_total"] == 4 and summary["claims_held"] == 3
-    assert summary["claims_informative"] == 1 and summary["claims_informative_held"] == 1
+    assert informative == {"broken": None, "fine": None, "off": False, "on": True,
+                           "parts": False}
+    assert summary["claims_total"] == 6 and summary["claims_held"] == 4
+    # parts' claim A is informative (its checks hold), its claim B is not
+    assert summary["claims_informative"] == 2 and summary["claims_informative_held"] == 2
     report = (tmp_path / "report.md").read_text()
-    assert "3 of 4 claims hold" in report
-    assert ("Informative (their run's regime checks hold): 1 claims, 1 of them hold. Not "
-            "informative (a regime check of their run fails): 2. Unchecked") in report
+    assert "4 of 6 claims hold" in report
+    assert ("Informative (the regime checks of their run, or of their part of it, hold): 2 "
+            "claims, 2 of them hold. Not informative (such a check fails): 3. Unchecked "
+            "(their experiment states no regime): 1.") in report
+    assert "| parts | yes | yes | A works. |" in report
+    assert "| parts | no | no | B works. |" in report
+    assert "| parts | no | [B] B's truth not flat | 1 |" in report
+    parts = (tmp_path / "parts" / "report.md").read_text()
+    assert "| no | [B] B works. | m | 0.2 |" in parts
+    assert "A regime check of the part 'B' fails: that part's claims are not" in parts
     # measured values rounded to 3 significant digits; a dict as key=value pairs
     assert "| off | yes | no | Off works. | m | a=0.99, b=12 |" in report
     assert "| off | no | no | Off also works. | m | 0.5 |" in report
@@ -173,7 +191,7 @@ def test_claims_of_a_run_whose_regime_fails_are_not_informative(tmp_path, monkey
     assert "| off | no | accuracy in [0.3, 0.95] | 0.99 |" in report  # the regime table
     assert "| on | yes | accuracy in [0.3, 0.95] | 0.5 |" in report
     assert "0.9895833333333334" not in report and '{"a"' not in report
-    assert json.loads((tmp_path / "results.json").read_text())["claims_informative"] == 1
+    assert json.loads((tmp_path / "results.json").read_text())["claims_informative"] == 2
 
 
 def _fake_run(workdir, name, preset, results):
@@ -198,7 +216,7 @@ def test_results_doc_writes_regime_claims_and_main_table_per_experiment(tmp_path
     results_doc.write(str(runs), str(out), names=["geomem", "prkv", "s2net"])
     page = out.read_text()
     assert page.startswith("# Results\n")
-    assert "2 experiments. 1 of 2 claims hold; 1 claims come from runs whose regime" in page
+    assert "2 experiments. 1 of 2 claims hold; 1 claims are informative (the regime" in page
     assert "No results for: s2net." in page
     geo, prkv = page.split("## geomem\n")[1].split("## prkv\n")
     assert "Preset `default`. 1 of 1 claims hold. The experiment states no regime" in geo
