@@ -210,6 +210,70 @@ def random_sets(rng, shape, planted, k, n):
     return out
 
 
+def _gen(task) -> dict:
+    return dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
+
+
+def _reward(task, xs):
+    """The outcome reward of completions of ``task.prompts(xs)``."""
+    return lambda rows, comp: task.rewards(xs[rows], comp)
+
+
+def _accuracy(model, task, xs, space=None):
+    """``scale -> greedy accuracy`` on ``xs``'s prompts under ``space``'s scale (None:
+    the model as it is)."""
+    prompts = task.prompts(xs)
+    return lambda scale=None: ipg.outcome(model, prompts, _reward(task, xs), scale,
+                                          space=space, **_gen(task))
+
+
+def _ipg(config, seed, model, task, ixs, method, space=None) -> ipg.Attribution:
+    """IPG of the answer's correctness on ``ixs``'s prompts, with ``config.ipg``'s path."""
+    c = config.ipg
+    return ipg.integrated_policy_gradient(
+        model, task.prompts(ixs), _reward(task, ixs), method=method, steps=c.steps,
+        baseline=c.baseline, temperature=c.temperature, samples=c.samples, seed=seed,
+        space=space, **_gen(task))
+
+
+def _completeness(config, seed, model, task, rxs, att, shape, space=None) -> dict:
+    """``|sum IPG - (J(1) - J(baseline))|``, ``J`` sampled at the path's ends on the
+    trajectories' prompts ``rxs``."""
+    c = config.ipg
+    kw = dict(temperature=c.temperature, seed=seed + 7, space=space, **_gen(task))
+    prompts, reward = task.prompts(rxs), _reward(task, rxs)
+    j1 = ipg.outcome(model, prompts, reward, None, **kw)
+    j0 = ipg.outcome(model, prompts, reward, np.full(shape, c.baseline, np.float32), **kw)
+    total = float(att.scores.sum())
+    return {"sum": total, "delta": j1 - j0, "gap": abs(total - (j1 - j0)), "j1": j1, "j0": j0}
+
+
+def _answer_logit_scores(config, model, probe, space=None) -> dict:
+    """The four answer-logit baselines' scores on the greedy chains of ``probe``."""
+    seqs, index, target = probe["seqs"], probe["index"], probe["target"]
+    return {
+        "activation": ipg.activation_magnitude(model, seqs, space),
+        "grad_x_act": ipg.gradient_x_activation(model, seqs, index, target, space),
+        "integrated_gradients": ipg.integrated_gradients(
+            model, seqs, index, target, steps=config.ig_steps, baseline=config.ipg.baseline,
+            space=space),
+        "attribution_patching": ipg.attribution_patching(
+            model, seqs, probe["cseqs"], index, target, probe["ctarget"], space),
+    }
+
+
+def _top_k_outcomes(config, scores, k, shape, acc, clean) -> dict:
+    """Per method: greedy accuracy with its top-``k`` components ablated / amplified."""
+    out = {}
+    for name, sc in scores.items():
+        top = ipg.top_components(sc, k)
+        abl = acc(ipg.set_scale(shape, top, 0.0))
+        amp = acc(ipg.set_scale(shape, top, config.amplify))
+        out[name] = {"ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
+                     "amplified_change": amp - clean, "top": top.tolist()}
+    return out
+
+
 def run_seed(config, seed: int) -> tuple[dict, dict]:
     """One seed: trains the planted model, attributes with every method, ablates /
     amplifies their top-k. Returns ``(measured, scores)``: the numbers the claims read,
@@ -221,17 +285,9 @@ def run_seed(config, seed: int) -> tuple[dict, dict]:
     timing = {"train_s": time.time() - t0}
     planted = ipg.planted_neurons(pc)
     shape, k = (pc.n_layers, pc.d_ff), pc.n_planted
-    gen = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
-
+    gen = _gen(task)
     xs = task.operands(config.n_eval, seed + 1)
-    prompts = task.prompts(xs)
-
-    def reward(sel_xs):
-        return lambda rows, comp: task.rewards(sel_xs[rows], comp)
-
-    def acc(scale=None):
-        return ipg.outcome(model, prompts, reward(xs), scale, **gen)
-
+    acc = _accuracy(model, task, xs)
     clean = acc()
     rng = np.random.default_rng([seed, 5])
     plant = {"clean": clean, "planted_ablated": acc(ipg.set_scale(shape, planted, 0.0)),
@@ -243,21 +299,11 @@ def run_seed(config, seed: int) -> tuple[dict, dict]:
 
     # IPG on sampled trajectories.
     t1 = time.time()
-    c = config.ipg
-    ixs = task.operands(c.n_prompts, seed + 2)
-    common = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,), steps=c.steps,
-                  baseline=c.baseline, temperature=c.temperature, samples=c.samples,
-                  seed=seed)
-    att = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
-                                         method=c.method, **common)
+    ixs = task.operands(config.ipg.n_prompts, seed + 2)
+    att = _ipg(config, seed, model, task, ixs, config.ipg.method)
     timing["ipg_s"] = time.time() - t1
-    att_r = ipg.integrated_policy_gradient(model, task.prompts(ixs), reward(ixs),
-                                           method=config.riemann_method, **common)
-    s_t = dict(temperature=c.temperature, seed=seed + 7, **gen)
-    rxs = np.repeat(ixs, c.samples, axis=0)              # J at the path's ends, as sampled
-    j1 = ipg.outcome(model, task.prompts(rxs), reward(rxs), None, **s_t)
-    j0 = ipg.outcome(model, task.prompts(rxs), reward(rxs),
-                     np.full(shape, c.baseline, np.float32), **s_t)
+    att_r = _ipg(config, seed, model, task, ixs, config.riemann_method)
+    rxs = np.repeat(ixs, config.ipg.samples, axis=0)    # J at the path's ends, as sampled
 
     # Answer-logit baselines on the model's own greedy chains.
     t2 = time.time()
@@ -272,30 +318,18 @@ def run_seed(config, seed: int) -> tuple[dict, dict]:
     ccomp, _ = ipg.sample(model, task.prompts(cxs), np.ones(shape), temperature=0.0, seed=0,
                           **gen)
     cseqs = np.concatenate([task.prompts(cxs), ccomp], axis=1)[:, :-1]
-    scores = {
-        "ipg": att.scores, "ipg_riemann": att_r.scores,
-        "activation": ipg.activation_magnitude(model, seqs),
-        "grad_x_act": ipg.gradient_x_activation(model, seqs, index, target),
-        "integrated_gradients": ipg.integrated_gradients(model, seqs, index, target,
-                                                         steps=config.ig_steps,
-                                                         baseline=c.baseline),
-        "attribution_patching": ipg.attribution_patching(model, seqs, cseqs, index, target,
-                                                         ccomp[:, task.answer_index]),
-    }
+    probe = dict(xs=xs, clean=clean, ixs=ixs, rxs=rxs, seqs=seqs, cseqs=cseqs, index=index,
+                 target=target, ctarget=ccomp[:, task.answer_index])
+    scores = {"ipg": att.scores, "ipg_riemann": att_r.scores,
+              **_answer_logit_scores(config, model, probe)}
     timing["baselines_s"] = time.time() - t2
     # With the clean chain given (teacher forcing), does the answer need the planted set?
     g = ipg.answer_logits(model, seqs, index, ipg.set_scale(shape, planted, 0.0))
     mediated = float(np.mean(np.argmax(g, axis=-1) == target))
 
-    methods = {}
-    for name in METHODS:
-        top = ipg.top_components(scores[name], k)
-        abl, amp = acc(ipg.set_scale(shape, top, 0.0)), acc(ipg.set_scale(shape, top,
-                                                                          config.amplify))
-        methods[name] = {"precision": ipg.precision_at_k(scores[name], planted, k),
-                         "ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
-                         "amplified_change": amp - clean,
-                         "top": top.tolist()}
+    methods = _top_k_outcomes(config, scores, k, shape, acc, clean)
+    for name, m in methods.items():
+        m["precision"] = ipg.precision_at_k(scores[name], planted, k)
     # The planted neurons IPG left out of its top-k, ablated alone: does the trained model
     # use them at all? (The plant ablates the whole set in training; a model may come to
     # rely on part of it.)
@@ -305,20 +339,16 @@ def run_seed(config, seed: int) -> tuple[dict, dict]:
     plant["missed_ablated"] = acc(ipg.set_scale(shape, missed, 0.0)) if missed.size else None
     plant["drop"] = clean - plant["planted_ablated"]
     plant["worst_random_drop"] = clean - min(plant["random_ablated"])
-    ipg_sum = float(att.scores.sum())
     measured = {
         "seed": seed, "methods": methods, "plant": plant, "majority": majority,
         "chance": 1.0 / task.modulus, "mediated": mediated,
         "reward_mean": float(np.mean(np.concatenate([att.rewards, att_r.rewards]))),
-        "completeness": {"sum": ipg_sum, "delta": j1 - j0, "gap": abs(ipg_sum - (j1 - j0)),
-                         "j1": j1, "j0": j0},
+        "completeness": _completeness(config, seed, model, task, rxs, att, shape),
         "random_precision": k / (shape[0] * shape[1]), "planted": planted.tolist(), "k": k,
         "path_rewards": att.rewards.tolist(), "path_alphas": att.alphas.tolist(),
     }
     if config.sae.enabled:
         t3 = time.time()
-        probe = dict(xs=xs, clean=clean, ixs=ixs, rxs=rxs, seqs=seqs, cseqs=cseqs, index=index,
-                     target=target, ctarget=ccomp[:, task.answer_index])
         measured["sae"] = sae_features(config, seed, model, task, probe)
         timing["sae_s"] = time.time() - t3
     timing["total_s"] = time.time() - t0
@@ -338,70 +368,37 @@ def sae_features(config, seed: int, model, task, probe: dict) -> dict:
     top-k are ablated / amplified, with the SAE's statistics. ``k``: the number of
     features whose single ablation costs >= TRUTH_DROP, at most the planted set's size
     (at least 1)."""
-    c, sc = config.ipg, config.sae
-    layer = config.plant.plant_layer
-    gen = dict(max_new_tokens=task.completion_len, stop_tokens=(EOS,))
-
-    def chains(xs):
-        comp, _ = ipg.sample(model, task.prompts(xs), None, temperature=0.0, seed=0, **gen)
-        return np.concatenate([task.prompts(xs), comp], axis=1)[:, :-1]
-
-    acts = ipg.residual_stream(model, chains(task.operands(sc.n_prompts, seed + 4)), layer)
+    sc, layer = config.sae, config.plant.plant_layer
+    fx = task.operands(sc.n_prompts, seed + 4)
+    comp, _ = ipg.sample(model, task.prompts(fx), None, temperature=0.0, seed=0, **_gen(task))
+    chains = np.concatenate([task.prompts(fx), comp], axis=1)[:, :-1]
+    acts = ipg.residual_stream(model, chains, layer)
     sae = fit_sae(acts.reshape(-1, acts.shape[-1]), sc.n_features, l1=sc.l1, steps=sc.steps,
                   batch=sc.batch, learning_rate=sc.learning_rate, seed=seed)
     held = ipg.residual_stream(model, probe["seqs"], layer)
     stats = sae_stats(sae, held.reshape(-1, held.shape[-1]))
     space = ipg.SAEFeatures({layer: sae})
     shape = space.shape(model)
-    prompts, xs = task.prompts(probe["xs"]), probe["xs"]
-
-    def acc(scale):
-        return ipg.outcome(model, prompts, lambda rows, comp: task.rewards(xs[rows], comp),
-                           scale, space=space, **gen)
-
+    acc = _accuracy(model, task, probe["xs"], space)
     clean = probe["clean"]
     truth = np.array([[clean - acc(ipg.set_scale(shape, np.array([[0, j]]), 0.0))
                        for j in range(shape[1])]])
     n_effective = int(np.sum(truth >= TRUTH_DROP))
     k = max(1, min(config.plant.n_planted, n_effective))
-    ixs, rxs = probe["ixs"], probe["rxs"]
-    att = ipg.integrated_policy_gradient(
-        model, task.prompts(ixs), lambda rows, comp: task.rewards(ixs[rows], comp),
-        method=c.method, steps=c.steps, baseline=c.baseline, temperature=c.temperature,
-        samples=c.samples, seed=seed, space=space, **gen)
-    s_t = dict(temperature=c.temperature, seed=seed + 7, space=space, **gen)
-    rr = lambda rows, comp: task.rewards(rxs[rows], comp)  # noqa: E731
-    j1 = ipg.outcome(model, task.prompts(rxs), rr, None, **s_t)
-    j0 = ipg.outcome(model, task.prompts(rxs), rr, np.full(shape, c.baseline, np.float32),
-                     **s_t)
-    seqs, index, target = probe["seqs"], probe["index"], probe["target"]
-    scores = {
-        "ipg": att.scores,
-        "activation": ipg.activation_magnitude(model, seqs, space),
-        "grad_x_act": ipg.gradient_x_activation(model, seqs, index, target, space),
-        "integrated_gradients": ipg.integrated_gradients(model, seqs, index, target,
-                                                         steps=config.ig_steps,
-                                                         baseline=c.baseline, space=space),
-        "attribution_patching": ipg.attribution_patching(model, seqs, probe["cseqs"], index,
-                                                         target, probe["ctarget"], space),
-        "exhaustive_ablation": truth,
-    }
+    att = _ipg(config, seed, model, task, probe["ixs"], config.ipg.method, space)
+    scores = {"ipg": att.scores, **_answer_logit_scores(config, model, probe, space),
+              "exhaustive_ablation": truth}
     true_top = ipg.top_components(truth, k)
-    methods = {}
-    for name, sc_ in scores.items():
-        top = ipg.top_components(sc_, k)
-        abl, amp = acc(ipg.set_scale(shape, top, 0.0)), acc(ipg.set_scale(shape, top,
-                                                                          config.amplify))
-        methods[name] = {"rank": ipg.rank_correlation(sc_, truth),
-                         "precision": ipg.precision_at_k(sc_, true_top, k),
-                         "ablated": abl, "ablated_drop": clean - abl, "amplified": amp,
-                         "amplified_change": amp - clean}
-    ipg_sum = float(att.scores.sum())
+    methods = _top_k_outcomes(config, scores, k, shape, acc, clean)
+    for name, m in methods.items():
+        m.update(rank=ipg.rank_correlation(scores[name], truth),
+                 precision=ipg.precision_at_k(scores[name], true_top, k))
     return {"k": k, "layer": layer, "n_features": shape[1], **stats,
             "n_effective": n_effective,
             "all_ablated": acc(np.zeros(shape, np.float32)), "truth_max": float(truth.max()),
             "methods": methods, "random_precision": k / shape[1],
-            "completeness": {"sum": ipg_sum, "delta": j1 - j0, "gap": abs(ipg_sum - (j1 - j0))},
+            "completeness": _completeness(config, seed, model, task, probe["rxs"], att, shape,
+                                          space),
             "path_rewards": att.rewards.tolist()}
 
 
