@@ -362,6 +362,11 @@ def search_table(r) -> list[dict]:
     return rows
 
 
+def main_table(r) -> list[dict]:
+    """The report's main table (``experiments.results_doc``): the searches compared."""
+    return search_table(r)
+
+
 def fixed_table(r) -> list[dict]:
     rows = [{"topology": n, "size": f["size"], "dev": f.get("dev"), "held-out": f.get("test"),
              "MFLOPs": f.get("flops", 0) / 1e6, "latency s": f.get("latency")}

@@ -28,6 +28,7 @@ def test_agent_reinforce_runs_end_to_end_at_the_test_preset(tmp_path):
     assert len(results["width_curve"]) == c.sweep_width
     assert len(results["depth_curve"]) == c.sweep_depth + 1
     assert [r["search"] for r in exp.search_table(results)] == list(exp.SEARCHES)
+    assert exp.main_table(results) == exp.search_table(results)    # results.md's table
 
 
 def _fab(agent=0.7, reinforce=0.6, random=0.6, fixed=0.6, hv=(0.5, 0.4, 0.4), best=0.72,
