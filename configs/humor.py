@@ -33,7 +33,7 @@ def get_config(preset: str | None = "default") -> ml_collections.ConfigDict:
     c.rm = ml_collections.ConfigDict(dict(steps=400, learning_rate=3e-3, hidden=64,
                                           eval_every=25))
     c.policy = ml_collections.ConfigDict(dict(d_model=64, n_layers=2, n_heads=4, d_ff=256))
-    c.sft = ml_collections.ConfigDict(dict(steps=300, batch=32, learning_rate=3e-3,
+    c.sft = ml_collections.ConfigDict(dict(steps=1000, batch=32, learning_rate=3e-3,
                                            warmup_steps=20, seq_len=128, n_paths=3,
                                            noise=0.2))
     c.rl = ml_collections.ConfigDict(dict(steps=30, prompts_per_step=8, group_size=8,

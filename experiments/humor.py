@@ -41,6 +41,9 @@ LEARNABLE = 0.65         # regime: noise-0 RM pair accuracy at least this (chanc
 PERFECT = 0.995          # regime: ... and not both RMs at or above this
 CEILING = 0.95           # regime: the pre-RL policy's agreement below this (ceiling 1)
 SHORTCUT_TOL = 0.1       # regime: shortcut pair accuracy within this of chance
+PARSEABLE = 0.8          # regime: the SFT policies' sampled completions parse at least this
+RM_PART = "reward models"        # the parts of the experiment (claims and regime checks)
+GEN_PART = "generation"
 
 
 def _checks():
@@ -191,6 +194,7 @@ def policies(config, vlm, rm_bundle, test, test_p) -> dict:
         out[arm] = agreement(caps, test)
     diversity = {mode: _diversity(models[mode], tok, test, test_p, config, config.seed + 1)
                  for mode in H.MODES}
+    diversity["temperature"] = config.diversity.temperature
     return {"arms": out, "diversity": diversity, "rl_history": history, "timing": timing}
 
 
@@ -232,14 +236,14 @@ def claim_rules(m: dict) -> list[dict]:
         "accuracy at every nonzero label noise, beyond the seed spread (every pairwise seed "
         "above every pointwise seed)",
         "mean pair accuracy pairwise - pointwise, per nonzero noise level", diffs,
-        bool(holds))]
+        bool(holds), part=RM_PART)]
     a, b = m["arms"]["rl_multi"], m["arms"]["sft_multi"]
     d = a["agreement"] - b["agreement"]
     se = _se_paired(a["per_group"], b["per_group"])
     out.append(outputs.claim(
         f"Group-wise RL with the RM reward raises the hidden-preference agreement of the "
         f"generated captions (by > {SE_MULT:g} paired standard errors)",
-        "agreement rl_multi - sft_multi", d, bool(d > SE_MULT * se)))
+        "agreement rl_multi - sft_multi", d, bool(d > SE_MULT * se), part=GEN_PART))
     # Across samples only: the anchored path, one per completion. The pooled fraction also
     # counts pairs within one multi-path completion, which its targets make distinct by
     # construction, so it is reported but decides nothing.
@@ -253,18 +257,21 @@ def claim_rules(m: dict) -> list[dict]:
         f"Multi-path generation gives more distinct anchored reasoning paths across samples "
         f"per template than single-path (by > {SE_MULT:g} paired standard errors over "
         f"templates)", "anchored-path distinct fraction multi - single", dd,
-        bool(dd > SE_MULT * se)))
+        bool(dd > SE_MULT * se), part=GEN_PART))
     return out
 
 
 def regime_rules(m: dict) -> list[dict]:
     """Regime checks on ``m`` (``perception``, ``blind_perception``, ``rm``,
-    ``noise_levels``, ``seeds``, ``arms``)."""
+    ``noise_levels``, ``seeds``, ``arms``, ``diversity`` with each mode's sampled
+    ``malformed`` fraction and ``temperature``). The perception check speaks for every
+    claim; the others for the reward-model part or the generation part."""
     acc, seeds = m["rm"]["accuracy"], m["seeds"]
     n0 = min(m["noise_levels"])
     zero = {k: float(np.mean([acc[f"{n0:g}/{s}/{k}"] for s in seeds])) for k in H.KINDS}
     worst = max(abs(v - 0.5) for v in m["rm"]["shortcuts"].values())
     pre = m["arms"]["sft_multi"]["agreement"]
+    parsed = [1.0 - m["diversity"][mode]["malformed"] for mode in H.MODES]
     return [
         outputs.regime(f"the VLM sees the image: perceived-attribute accuracy >= image-blind "
                        f"+ {SEES_MARGIN}", [m["perception"]["mean"],
@@ -273,11 +280,17 @@ def regime_rules(m: dict) -> list[dict]:
         outputs.regime(f"labels at the lowest noise ({n0:g}) are learnable (both RMs >= "
                        f"{LEARNABLE}) and not trivially perfect (not both >= {PERFECT})",
                        [zero["pairwise"], zero["pointwise"]],
-                       min(zero.values()) >= LEARNABLE and min(zero.values()) < PERFECT),
+                       min(zero.values()) >= LEARNABLE and min(zero.values()) < PERFECT,
+                       part=RM_PART),
         outputs.regime(f"no shortcut: every image-blind shortcut RM within {SHORTCUT_TOL} of "
-                       "chance (0.5)", worst, worst <= SHORTCUT_TOL),
+                       "chance (0.5)", worst, worst <= SHORTCUT_TOL, part=RM_PART),
         outputs.regime(f"the pre-RL policy is below the hidden preference's ceiling "
-                       f"(agreement < {CEILING})", pre, pre < CEILING),
+                       f"(agreement < {CEILING})", pre, pre < CEILING, part=GEN_PART),
+        outputs.regime(f"the SFT policies write the hierarchy when sampled (temperature "
+                       f"{m['diversity']['temperature']:g}): >= {PARSEABLE} of completions "
+                       f"parse, {' and '.join(H.MODES)}-path (else RL's reward and the "
+                       f"path diversity measure the format, not the captions)", parsed,
+                       min(parsed) >= PARSEABLE, part=GEN_PART),
     ]
 
 
@@ -330,11 +343,13 @@ def rm_table(r) -> list[dict]:
 
 
 def policy_table(r) -> list[dict]:
-    """Agreement, malformed fraction and path diversity of each policy and baseline."""
+    """Agreement and malformed fraction (greedy), the malformed fraction of the sampled
+    completions and path diversity of each policy and baseline."""
     rows = []
     div = {"sft_multi": r["diversity"]["multi"], "sft_single": r["diversity"]["single"]}
     for name, v in [*r["arms"].items(), *r["baselines"].items()]:
         rows.append({"policy": name, "agreement": v["agreement"], "malformed": v["malformed"],
+                     "sampled malformed": div[name]["malformed"] if name in div else None,
                      "distinct-path fraction": div[name]["distinct_fraction"]
                      if name in div else None,
                      "distinct paths / template": div[name]["distinct"]
@@ -342,6 +357,12 @@ def policy_table(r) -> list[dict]:
                      "anchored-path fraction": div[name]["anchored_fraction"]
                      if name in div else None})
     return rows
+
+
+def main_table(r) -> list[dict]:
+    """The report's main table (``experiments.results_doc``): the policies and caption
+    baselines (the RM comparison is ``rm_table``)."""
+    return policy_table(r)
 
 
 def _report(r) -> str:

@@ -16,7 +16,7 @@ def test_humor_runs_end_to_end_at_the_test_preset(tmp_path):
         assert os.path.exists(tmp_path / "out" / name), name
     on_disk = json.loads((tmp_path / "out" / "results.json").read_text())
     assert on_disk["claims"] == results["claims"] and len(results["claims"]) == 3
-    assert len(results["regime"]) == 4
+    assert len(results["regime"]) == 5
     assert set(results["arms"]) == {"sft_multi", "sft_single", "rl_multi"}
     assert set(results["baselines"]) == {"random_caption", "blind_caption"}
     assert set(results["rm"]["shortcuts"]) == {"length", "most_frequent", "caption_only"}
@@ -24,10 +24,13 @@ def test_humor_runs_end_to_end_at_the_test_preset(tmp_path):
     assert len(results["rm"]["accuracy"]) == len(c.noise_levels) * len(c.seeds) * 2
     assert [r["label noise"] for r in exp.rm_table(results)] == list(c.noise_levels)
     assert len(results["rl_history"]) == c.rl.steps
+    assert [r["policy"] for r in exp.main_table(results)] == [   # results.md's table
+        "sft_multi", "sft_single", "rl_multi", "random_caption", "blind_caption"]
 
 
 def _fab(pw=(0.95, 0.9, 0.8), pt=(0.93, 0.85, 0.7), seeds_spread=0.01, rl=0.7, sft=0.55,
-         div_multi=0.6, div_single=0.2, perception=0.85, blind=0.25, shortcut=0.52, n=200):
+         div_multi=0.6, div_single=0.2, perception=0.85, blind=0.25, shortcut=0.52, n=200,
+         malformed=(0.1, 0.05)):
     noise = [0.0, 0.2, 0.35]
     acc = {}
     for k, (a, b) in enumerate(zip(pw, pt, strict=True)):
@@ -41,8 +44,8 @@ def _fab(pw=(0.95, 0.9, 0.8), pt=(0.93, 0.85, 0.7), seeds_spread=0.01, rl=0.7, s
         return {"agreement": v,
                 "per_group": [v + (0.3 if (i // k) % 2 else -0.3) for i in range(n)]}
 
-    def div(v, k):
-        return {"anchored_fraction": v,
+    def div(v, k, bad):
+        return {"anchored_fraction": v, "malformed": bad,
                 "per_template_anchored": {t: v + (0.05 if (i // k) % 2 else -0.05)
                                           for i, t in enumerate(temps)}}
     return {"rm": {"accuracy": acc, "shortcuts": {"length": 0.5, "most_frequent": shortcut,
@@ -50,7 +53,8 @@ def _fab(pw=(0.95, 0.9, 0.8), pt=(0.93, 0.85, 0.7), seeds_spread=0.01, rl=0.7, s
             "noise_levels": noise, "seeds": [0, 1],
             "arms": {"sft_multi": arm(sft, 1), "rl_multi": arm(rl, 2),
                      "sft_single": arm(0.5, 1)},
-            "diversity": {"multi": div(div_multi, 1), "single": div(div_single, 2)},
+            "diversity": {"multi": div(div_multi, 1, malformed[0]),
+                          "single": div(div_single, 2, malformed[1]), "temperature": 1.0},
             "perception": {"mean": perception}, "blind_perception": {"mean": blind}}
 
 
@@ -69,7 +73,7 @@ def test_claims_hold_on_a_case_built_for_them_and_fail_one_by_one():
 
 
 def test_regime_holds_in_range_and_fails_outside():
-    assert _holds(exp.regime_rules(_fab())) == [True] * 4
+    assert _holds(exp.regime_rules(_fab())) == [True] * 5
     assert not exp.regime_rules(_fab(perception=0.3))[0]["holds"]          # blind VLM
     assert not exp.regime_rules(_fab(pw=(0.6, 0.9, 0.8)))[1]["holds"]       # not learnable
     assert not exp.regime_rules(_fab(pw=(0.999, 0.9, 0.8),
@@ -77,6 +81,19 @@ def test_regime_holds_in_range_and_fails_outside():
     assert exp.regime_rules(_fab(pw=(0.999, 0.9, 0.8)))[1]["holds"]         # one imperfect
     assert not exp.regime_rules(_fab(shortcut=0.7))[2]["holds"]
     assert not exp.regime_rules(_fab(sft=0.97))[3]["holds"]                 # at the ceiling
+    assert not exp.regime_rules(_fab(malformed=(0.5, 0.05)))[4]["holds"]    # format, not caption
+    assert not exp.regime_rules(_fab(malformed=(0.1, 0.25)))[4]["holds"]
+
+
+def test_claims_and_checks_name_their_part():
+    """A failing generation check leaves the reward-model claim informative, and back."""
+    from lab.outputs import claim_informative
+    m = _fab(malformed=(0.5, 0.05))
+    r = {"claims": exp.claim_rules(m), "regime": exp.regime_rules(m)}
+    assert [claim_informative(r, c) for c in r["claims"]] == [True, False, False]
+    m = _fab(shortcut=0.7)
+    r = {"claims": exp.claim_rules(m), "regime": exp.regime_rules(m)}
+    assert [claim_informative(r, c) for c in r["claims"]] == [False, True, True]
 
 
 def test_bad_config_is_refused_naming_the_key():
