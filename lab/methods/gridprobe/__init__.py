@@ -1,6 +1,7 @@
 """GridProbe: answer-space frame selection for long-video QA with a K x K grid of probes
 and Shape-Adaptive Selection of the number of frames kept (:mod:`.selection`), on the VLM
-zoo's models (:class:`ZooReader`, :mod:`.zoo_reader`) or small trainable
+zoo's models (:class:`ZooReader`, :mod:`.zoo_reader`), a Qwen3-VL checkpoint
+(:class:`QwenVLReader`, :mod:`.qwen_reader`) or small trainable
 :class:`lab.nn.VLM` selectors and QA models (:mod:`.models`), with the baselines
 (monolithic, uniform, encoder-space similarity, fixed M) in :func:`select`."""
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from lab.methods.gridprobe import models
 from lab.methods.gridprobe.models import forward_flops, posteriors
+from lab.methods.gridprobe.qwen_reader import QwenVLReader
 from lab.methods.gridprobe.selection import (
     RULES,
     check_grid_size,
@@ -32,13 +34,14 @@ SELECTORS = ("monolithic", "uniform", "similarity", "gridprobe_fixed", "gridprob
 __all__ = ["RULES", "SELECTORS", "check_grid_size", "confidences", "cosine_scores",
            "forward_flops", "grid_frames", "importance_map", "models", "posteriors",
            "probe", "probe_slots", "select", "select_m", "shape_adaptive_m", "top_m_mask",
-           "uniform_mask", "ZooReader"]
+           "uniform_mask", "QwenVLReader", "ZooReader"]
 
 
 def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: int = 64) -> dict:
     """Runs the ``2K`` grid probes of every question: ``videos [B, K^2, H, W, 3]`` (the
-    grid's frames in time order); ``selector`` a :class:`ZooReader` (string questions and
-    options) or a :mod:`.models` VLM (token ids). Returns ``{"row", "col"}`` confidences ``[B, K]``,
+    grid's frames in time order); ``selector`` a :class:`ZooReader` or
+    :class:`QwenVLReader` (string questions and options) or a :mod:`.models` VLM (token
+    ids). Returns ``{"row", "col"}`` confidences ``[B, K]``,
     ``"map"`` ``[B, K^2]`` and the probes' ``"posteriors"`` ``[B, 2K, n_options]``."""
     b, n = videos.shape[:2]
     if n != k * k:
@@ -48,7 +51,7 @@ def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: in
     masks = np.ones((b * 2 * k, k), bool)
     q = [questions[i] for i in range(b) for _ in range(2 * k)]
     opts = np.repeat(np.asarray(options), 2 * k, axis=0)
-    run = (selector.posteriors if isinstance(selector, ZooReader)
+    run = (selector.posteriors if isinstance(selector, ZooReader | QwenVLReader)
            else functools.partial(posteriors, selector))
     post = run(frames, masks, q, opts, chunk=chunk).reshape(b, 2 * k, -1)
     conf = np.asarray(confidences(post))
