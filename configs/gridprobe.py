@@ -7,6 +7,12 @@ Run:
 The VLM zoo's two sizes (vlm-xs, vlm-s: lab.zoo.load), each used as selector and QA
 model, and the small selector with the large QA model, on lab.data.video_qa's lookup
 questions; accuracy and GFLOPs per selector, M_eff against the generator's difficulty.
+
+The real path (a Qwen3-VL checkpoint on Video-MME records; an accelerator host):
+  python -m experiments.gridprobe --config=configs/gridprobe.py:default \
+    --config.model=/ckpt/Qwen3-VL-8B-Instruct --config.selector_model=/ckpt/Qwen3-VL-2B-Instruct \
+    --config.records=videomme/test.parquet --config.frames_dir=videomme/frames \
+    --workdir=/tmp/gridprobe_real
 """
 
 from __future__ import annotations
@@ -33,6 +39,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.large = "vlm-s"
     c.source = "auto"            # lab.zoo.load source: auto | shipped | cache | train
     c.chunk = 50                 # rows per forward (one compiled shape per frame bucket)
+    # The real path: a Qwen3-VL directory as the QA model (and the selector, unless
+    # selector_model names another), on Video-MME or LongVideoBench records over extracted
+    # frames (lab.data.load_videomme / load_longvideobench); "" keeps the zoo models.
+    c.model = ""
+    c.selector_model = ""
+    c.benchmark = "videomme"     # videomme | longvideobench
+    c.records = ""               # the records file (.json, .jsonl or .parquet)
+    c.frames_dir = ""            # one folder of frames per video
     if preset == "test":
         c.data.update(n_eval=8)
         c.chunk = 8

@@ -18,6 +18,7 @@ compute is :func:`lab.methods.gridprobe.forward_flops` per question, probes incl
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -26,7 +27,15 @@ from scipy import stats
 from configs.gridprobe import get_config
 from lab import launch, outputs, zoo
 from lab.config import check, require
-from lab.data import oracle_answer, render_videos, video_qa
+from lab.data import (
+    load_frames,
+    load_longvideobench,
+    load_videomme,
+    oracle_answer,
+    render_videos,
+    uniform_indices,
+    video_qa,
+)
 from lab.methods import gridprobe as gp
 
 PAIRS = (("small", "small"), ("large", "large"), ("small", "large"))
@@ -38,6 +47,8 @@ SE_MULT = 2.0              # a gain beyond this many standard errors
 SPEARMAN_P = 0.05
 REGIME_ABOVE_CHANCE = 0.15
 REGIME_ABOVE_RANDOM = 0.10
+REAL_READS = 0.05          # real path: all frames beat the question alone by this
+BENCHMARKS = ("videomme", "longvideobench")
 
 
 def check_config(config):
@@ -52,6 +63,15 @@ def check_config(config):
         "large": (lambda v: v in zoo.vlm.NAMED, f"a zoo VLM name, one of {sorted(zoo.vlm.NAMED)}"),
     })
     gp.check_grid_size(config.k, config.data.frames)
+    require(config.benchmark in BENCHMARKS, "benchmark", config.benchmark, f"one of {BENCHMARKS}")
+    for field in ("model", "selector_model"):
+        require(not config[field] or os.path.isdir(config[field]), field, config[field],
+                "'' (the zoo models) or a Qwen3-VL checkpoint directory")
+    if config.model:
+        for field in ("records", "frames_dir"):
+            require(bool(config[field]), field, config[field],
+                    f"the {config.benchmark} {field.replace('_', ' ')} path (--config.model "
+                    "is set)")
     require(config.m_max == 0 or config.m_min <= config.m_max <= config.k ** 2, "m_max",
             config.m_max, f"0 or an int in [m_min, K^2={config.k ** 2}]")
     return config
@@ -87,12 +107,32 @@ def _paired_se(a, b, answer) -> float:
     return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
 
 
+def selector_masks(config, imp, frame_emb, query_emb) -> tuple[dict, np.ndarray, int]:
+    """Every selector's frame masks ``[B, K^2]`` from the selector's importance maps ``imp``
+    and its frame / question embeddings; ``M_eff`` per question and the fixed ``M`` of the
+    baselines (the mean ``M_eff`` rounded)."""
+    n, b = config.k ** 2, len(imp)
+    m_max = config.m_max or None
+    m_eff = np.asarray(gp.select_m(imp, config.rule, scale=config.scale, m_min=config.m_min,
+                                   m_max=m_max))
+    m_fix = int(np.clip(round(float(m_eff.mean())), 1, n))
+    masks = {
+        "monolithic": gp.select("monolithic", n=n, batch=b),
+        "uniform": gp.select("uniform", n=n, m=m_fix, batch=b),
+        "similarity": gp.select("similarity", n=n, m=m_fix, frame_emb=frame_emb,
+                                query_emb=query_emb),
+        "gridprobe_fixed": gp.select("gridprobe_fixed", n=n, m=m_fix, importance=imp),
+        "gridprobe": gp.select("gridprobe", n=n, importance=imp, rule=config.rule,
+                               scale=config.scale, m_min=config.m_min, m_max=m_max),
+    }
+    return masks, m_eff, m_fix
+
+
 def evaluate(config, vlms: dict, ds, videos) -> dict:
     """Every selector of every pair on ``ds`` (``videos``: the grid's frames)."""
     k, n, size = config.k, config.k ** 2, config.data.size
     q, o, a = _encode(ds)
     b, nopt = len(q), len(o[0])
-    m_max = config.m_max or None
     grid = gp.grid_frames(config.data.frames, k)
     rows, preds, extra = [], {}, {}
     rng = np.random.default_rng(config.seed + 11)
@@ -112,19 +152,7 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
 
     for sel, qa in PAIRS:
         pair = f"{sel}/{qa}"
-        imp = probes[sel]["map"]
-        m_eff = np.asarray(gp.select_m(imp, config.rule, scale=config.scale, m_min=config.m_min,
-                                       m_max=m_max))
-        m_fix = int(np.clip(round(float(m_eff.mean())), 1, n))
-        masks = {
-            "monolithic": gp.select("monolithic", n=n, batch=b),
-            "uniform": gp.select("uniform", n=n, m=m_fix, batch=b),
-            "similarity": gp.select("similarity", n=n, m=m_fix, frame_emb=emb[sel][0],
-                                    query_emb=emb[sel][1]),
-            "gridprobe_fixed": gp.select("gridprobe_fixed", n=n, m=m_fix, importance=imp),
-            "gridprobe": gp.select("gridprobe", n=n, importance=imp, rule=config.rule,
-                                   scale=config.scale, m_min=config.m_min, m_max=m_max),
-        }
+        masks, m_eff, m_fix = selector_masks(config, probes[sel]["map"], *emb[sel])
         for name, mask in masks.items():
             if name == "monolithic" and sel != qa:
                 continue                     # the monolithic pass has no selector
@@ -185,8 +213,9 @@ def claims_of(results: dict) -> list[dict]:
                 d["gain_uniform"] > SE_MULT * d["se_uniform"] and d["gain_uniform"] > 0))
     sp = results.get("spearman")
     if sp:
+        what = results.get("difficulty", "the generator's difficulty")
         out.append(outputs.claim(
-            f"M_eff rises with the generator's difficulty (Spearman rho > 0, p < {SPEARMAN_P})",
+            f"M_eff rises with {what} (Spearman rho > 0, p < {SPEARMAN_P})",
             "Spearman rho, p", sp, sp["rho"] > 0 and sp["p"] < SPEARMAN_P))
     gs, gl = rows.get(("small/small", "gridprobe")), rows.get(("small/large", "gridprobe"))
     d = results.get("paired", {}).get("small/large")
@@ -200,6 +229,14 @@ def claims_of(results: dict) -> list[dict]:
 
 
 def regime_of(results: dict) -> list[dict]:
+    """The synthetic path: each QA model reads the evidence frames. The real path: the QA
+    model with all frames beats the question alone by REAL_READS."""
+    if "real" in results:
+        return [outputs.regime(
+            f"the {s} QA model reads the videos: with all K^2 frames >= {REAL_READS} above the "
+            "question alone", r, r["all_frames"] is not None
+            and r["all_frames"] >= r["no_frames"] + REAL_READS)
+            for s, r in results["real"]["reads"].items()]
     out = []
     chance = results["chance"]
     for s, ctx in results["context"].items():
@@ -213,8 +250,11 @@ def regime_of(results: dict) -> list[dict]:
 
 
 def run(config, workdir: str) -> dict:
-    """Trains (or loads) the two VLMs, evaluates every selector, writes the outputs."""
+    """Trains (or loads) the two VLMs, evaluates every selector, writes the outputs
+    (:func:`run_real` when ``config.model`` names a Qwen3-VL directory)."""
     check_config(config)
+    if config.model:
+        return run_real(config, workdir)
     t0 = time.time()
     vlms = models(config)
     ds = _dataset(config, config.data.n_eval, config.seed + 1)
@@ -257,6 +297,144 @@ def run(config, workdir: str) -> dict:
               f"{by_diff}\n"]
     return outputs.write_outputs(workdir, name="gridprobe", config=config, results=results,
                                  report="\n".join(report), plots=plots)
+
+
+# The real path: Qwen3-VL checkpoints on Video-MME / LongVideoBench over extracted frames.
+
+def real_models(config) -> dict:
+    """``{"small": selector, "large": QA model}`` as :class:`lab.methods.gridprobe.QwenVLReader`
+    (one reader in both roles when ``selector_model`` is empty or the same directory)."""
+    large = gp.QwenVLReader.from_pretrained(config.model)
+    same = not config.selector_model or os.path.samefile(config.selector_model, config.model)
+    return {"small": large if same else gp.QwenVLReader.from_pretrained(config.selector_model),
+            "large": large}
+
+
+def real_dataset(config):
+    """The benchmark's answered questions (the first ``data.n_eval``); ValueError naming the
+    video when it has fewer extracted frames than the grid's ``K^2``."""
+    load = load_videomme if config.benchmark == "videomme" else load_longvideobench
+    ds = load(config.records, config.frames_dir)
+    ds = ds.select([i for i, a in enumerate(ds["answer_index"]) if a >= 0][:config.data.n_eval])
+    if not len(ds):
+        raise ValueError(f"records={config.records!r} holds no question with a known answer")
+    n = config.k ** 2
+    for vid, count in zip(ds["video_id"], ds["n_frames"], strict=True):
+        if count < n:
+            raise ValueError(f"video {vid!r} has {count} extracted frames; a K={config.k} grid "
+                             f"needs K^2={n} (extract more frames or lower --config.k)")
+    return ds
+
+
+def _real_frames(row, n: int) -> np.ndarray:
+    """``uint8 [1, n, H, W, 3]``: ``n`` frames at the midpoints of equal segments."""
+    return load_frames(row["frame_paths"], uniform_indices(row["n_frames"], n))[None]
+
+
+def run_real(config, workdir: str) -> dict:
+    """GridProbe and the baselines with Qwen3-VL checkpoints on benchmark records. Two
+    passes over the questions (frames read from disk in each): the probes and embeddings of
+    every question, then every selector's frames answered by the QA model, beside the
+    question alone. Pairs: selector/QA as in :data:`PAIRS` with two models, ``large/large``
+    with one. Difficulty for the M_eff correlation: Video-MME's duration class (short /
+    medium / long) or LongVideoBench's duration group."""
+    t0 = time.time()
+    vlms = real_models(config)
+    ds = real_dataset(config)
+    k, n = config.k, config.k ** 2
+    q, o, a = _encode(ds)
+    b = len(q)
+    pairs = PAIRS if vlms["small"] is not vlms["large"] else (("large", "large"),)
+    sels = sorted({s for s, _ in pairs})
+    maps = {s: np.zeros((b, n), np.float32) for s in sels}
+    femb = {s: [] for s in sels}
+    for i in range(b):
+        v = _real_frames(ds[i], n)
+        for s in sels:
+            maps[s][i] = gp.probe(vlms[s], v, [q[i]], [o[i]], k)["map"][0]
+            femb[s].append(vlms[s].frame_embeddings(v)[0])
+    selection = {f"{s}/{qa}": selector_masks(config, maps[s], np.stack(femb[s]),
+                                             vlms[s].question_embeddings(q))
+                 for s, qa in pairs}
+    preds = {(p, name): np.zeros(b, np.int64) for p, (masks, _, _) in selection.items()
+             for name in masks if name != "monolithic" or p.split("/")[0] == p.split("/")[1]}
+    flops = {key: np.zeros(b) for key in preds}
+    alone = {qa: np.zeros(b, np.int64) for _, qa in pairs}
+    for i in range(b):
+        v = _real_frames(ds[i], n)
+        h, w = v.shape[2:4]
+        for qa in alone:
+            none = np.zeros((1, n), bool)
+            alone[qa][i] = vlms[qa].posteriors(v, none, [q[i]], [o[i]])[0].argmax()
+        for p, name in preds:
+            sel, qa = p.split("/")
+            mask = selection[p][0][name][i:i + 1]
+            preds[(p, name)][i] = vlms[qa].posteriors(v, mask, [q[i]], [o[i]])[0].argmax()
+            sel_flops = {"monolithic": 0, "uniform": 0}.get(name)
+            if sel_flops is None:
+                sel_flops = (_vision_flops(vlms[sel], n, h, w) if name == "similarity" else
+                             2 * k * _real_flops(vlms[sel], k, h, w, len(o[i])))
+            flops[(p, name)][i] = sel_flops + _real_flops(vlms[qa], int(mask.sum()), h, w,
+                                                          len(o[i]))
+    rows = []
+    for (p, name), pred in preds.items():
+        acc, se = _acc(pred, a)
+        rows.append({"pair": p, "selector": name, "accuracy": acc, "se": se,
+                     "frames": float(selection[p][0][name].sum(1).mean()),
+                     "gflops": float(flops[(p, name)].mean() / 1e9)})
+    paired = {}
+    for p in selection:
+        g, u = preds[(p, "gridprobe")], preds[(p, "uniform")]
+        paired[p] = {"gain_uniform": float(np.mean(g == a) - np.mean(u == a)),
+                     "se_uniform": _paired_se(g, u, a)}
+    if "small/large" in selection:
+        s_, gl = preds[("small/small", "gridprobe")], preds[("small/large", "gridprobe")]
+        paired["small/large"].update(gain_small=float(np.mean(gl == a) - np.mean(s_ == a)),
+                                     se_small=_paired_se(gl, s_, a))
+    m_eff = selection["small/large" if "small/large" in selection else "large/large"][1]
+    diff = np.asarray(ds["difficulty"])
+    varies = len(set(diff.tolist())) > 1 and np.ptp(m_eff) > 0
+    rho, pv = stats.spearmanr(m_eff, diff) if varies else (0.0, 1.0)   # undefined: rho 0, p 1
+    spearman = {"rho": float(np.nan_to_num(rho)), "p": float(np.nan_to_num(pv, nan=1.0)),
+                "n": b}
+    reads = {qa: {"all_frames": _acc(preds[(f"{qa}/{qa}", "monolithic")], a)[0]
+                  if (f"{qa}/{qa}", "monolithic") in preds else None,
+                  "no_frames": _acc(alone[qa], a)[0]} for qa in alone}
+    results = {"table": rows, "paired": paired, "spearman": spearman,
+               "difficulty": f"the {config.benchmark} duration class",
+               "real": {"benchmark": config.benchmark, "n": b, "reads": reads,
+                        "models": {"small": config.selector_model or config.model,
+                                   "large": config.model}},
+               "m_eff_by_difficulty": {int(d): float(m_eff[diff == d].mean())
+                                       for d in sorted(set(diff.tolist()))},
+               "chance": float(np.mean([1.0 / len(x) for x in o])),
+               "fixed_m": {p: sel_[2] for p, sel_ in selection.items()}}
+    results["claims"] = claims_of(results)
+    results["regime"] = regime_of(results)
+    results["seconds"] = time.time() - t0
+    report = ["## Accuracy vs compute\n", outputs.markdown_table(rows), "\n",
+              "## The QA model with all frames / the question alone\n",
+              outputs.markdown_table([{"model": s, **r} for s, r in reads.items()]), "\n",
+              f"## M_eff vs {results['difficulty']}\n\nSpearman rho {spearman['rho']:.3f}, "
+              f"p {spearman['p']:.3g}, n {b}\n"]
+    return outputs.write_outputs(workdir, name="gridprobe", config=config, results=results,
+                                 report="\n".join(report), plots=[])
+
+
+def _real_flops(reader, frames: int, h: int, w: int, n_options: int) -> int:
+    """A Qwen3-VL reader's forward FLOPs for ``frames`` frames of ``h x w`` pixels."""
+    return reader.forward_flops(frames, h, n_options, width=w)
+
+
+def _vision_flops(reader, frames: int, h: int, w: int) -> int:
+    """The ViT's FLOPs over ``frames`` frames (each one temporal patch), for the
+    similarity selector's frame embeddings."""
+    from lab.hf.qwen3_vl_inputs import smart_resize
+    from lab.nn.flops import vlm_config_flops
+    p = reader.processing
+    hh, ww = smart_resize(h, w, p.factor, p.min_pixels, p.max_pixels)
+    return int(vlm_config_flops(reader.config, 1, frames * p.temporal_patch_size, hh, ww,
+                                0)["vision"])
 
 
 def main_table(results) -> list[dict]:

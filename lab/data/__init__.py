@@ -37,7 +37,7 @@ from lab.data.synthetic import (
     video_qa,
 )
 from lab.data.tokenizer import ByteTokenizer, HFTokenizer, tokenizer_from_dict
-from lab.data.video_records import load_frames, load_longvideobench, load_videomme
+from lab.data.video_records import load_frames, load_longvideobench, load_videomme, uniform_indices
 
 __all__ = [
     "ANSWER_PREFIX", "GENERATORS", "ByteTokenizer", "HFTokenizer", "answers_match", "arithmetic",
@@ -48,5 +48,5 @@ __all__ = [
     "render_kv_prompt", "sft_batches", "step_indices", "tokenizer_from_dict", "variable_tracking",
     "IMAGE_QUESTION_TYPES", "QUESTION_TYPES", "check_images", "downsample", "image_qa",
     "oracle_answer", "render_images", "render_video", "render_videos", "video_qa",
-    "load_frames", "load_longvideobench", "load_videomme",
+    "load_frames", "load_longvideobench", "load_videomme", "uniform_indices",
 ]
