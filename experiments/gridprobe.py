@@ -13,6 +13,11 @@ the QA model with no frames (the question alone), with the evidence frames, and 
 random frames, and a perfect-perception oracle on each selector's frames. Every row's
 compute is :func:`lab.methods.gridprobe.forward_flops` per question, probes included.
 
+With ``--config.model=<dir>`` (:func:`run_real`) the QA model (and the selector, unless
+``--config.selector_model`` names another) is a Qwen3-VL checkpoint read by
+:class:`lab.methods.gridprobe.QwenVLReader`, on Video-MME or LongVideoBench records over
+extracted frames (``--config.records``, ``--config.frames_dir``).
+
   python -m experiments.gridprobe --config=configs/gridprobe.py:default --workdir=/tmp/gridprobe
 """
 
