@@ -201,11 +201,16 @@ def question_text(question: str, options: Sequence[str]) -> str:
 
 
 def choice_prompt(tokenizer, config: VLMConfig, image_tokens: Sequence[int], question: str,
-                  options: Sequence[str]) -> list[int]:
+                  options: Sequence[str], *, system: str | None = None) -> list[int]:
     """Token ids of ``question`` with ``options`` over images of ``image_tokens`` decoder
     tokens each, in Qwen3-VL's chat template, ending where the assistant's answer (the
-    letter) begins."""
-    ids = tokenizer.encode("<|im_start|>user\n")
+    letter) begins. No system turn unless ``system`` is given (Qwen3-VL's template adds
+    none by default)."""
+    ids = []
+    if system is not None:
+        ids += tokenizer.encode(f"<|im_start|>system\n{system}")
+        ids += [_special(tokenizer, "<|im_end|>")] + tokenizer.encode("\n")
+    ids += tokenizer.encode("<|im_start|>user\n")
     for n in image_tokens:
         ids += [config.vision_start_token_id] + [config.image_token_id] * int(n) + [
             config.vision_end_token_id]

@@ -88,6 +88,12 @@ def test_choice_prompt_layout():
     assert text[:9] == ["Which", "colour", "?", "\n", "A", ".", "red", "\n", "B"]
     assert text[-5:] == ["<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]
     assert qi.letter_ids(tok, 2) == [v["A"], v["B"]]
+    with_system = qi.choice_prompt(tok, cfg, [3, 2], "Which colour?", ["red", "blue"],
+                                   system="Be brief.")
+    words = {j: k for k, j in v.items()}
+    head = [words[i] for i in with_system[:8]]
+    assert head == ["<|im_start|>", "system", "\n", "Be", "brief", ".", "<|im_end|>", "\n"]
+    assert with_system[8:] == ids
 
 
 def test_bad_input_is_refused_naming_it():
