@@ -377,7 +377,7 @@ class Transformer(nnx.Module):
                  bias: jax.Array | None = None, capture: Sequence[str] = (),
                  cache: KVCache | None = None, fresh: bool = False,
                  rope_positions: jax.Array | None = None, deepstack: jax.Array | None = None,
-                 neuron_scale=None):
+                 neuron_scale=None, last_only: bool = False):
         """Runs the model.
 
         Args:
@@ -402,6 +402,9 @@ class Transformer(nnx.Module):
           neuron_scale: a factor on each layer's MLP neuron activations (see
             :meth:`blocks`; :func:`lab.nn.scale_neurons` folds a fixed one into the
             weights for :mod:`lab.infer`). None: the model as it is.
+          last_only: unembed the last position only, so ``logits`` is ``[B, 1, V]``: a
+            prompt's next-token scores without the ``T x V`` logits of every position
+            (with right padding, the last column is padding for the shorter rows).
 
         Returns:
           ``logits [B, T, V]`` (float32); ``(logits, Intermediates)`` when
@@ -454,7 +457,7 @@ class Transformer(nnx.Module):
             slot=None if cache is None else cache.length, mask=full_mask, bias=bias,
             capture=capture, fresh=fresh and cache is not None, rope=rope, deepstack=deepstack,
             neuron_scale=neuron_scale)
-        logits = self.unembed(x)
+        logits = self.unembed(x[:, -1:] if last_only else x)
         if cache is not None:
             n_new = jnp.sum(key_pos >= 0, axis=1).astype(jnp.int32) if token_valid is not None \
                 else jnp.full((b,), t, jnp.int32)

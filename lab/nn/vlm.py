@@ -239,15 +239,15 @@ class VLM(nnx.Module):
 
     def __call__(self, input_ids, *, pixel_values=None, image_grid_thw=None,
                  pixel_values_videos=None, video_grid_thw=None, rope_positions=None,
-                 capture: Sequence[str] = ()):
+                 capture: Sequence[str] = (), last_only: bool = False):
         """Logits ``[B, T, V]`` (float32) of ``input_ids [B, T]`` with its images / videos
         (arguments as :meth:`embed`; numpy or jax arrays, the ones
-        ``Qwen3VLForConditionalGeneration`` takes); ``capture`` as
-        :meth:`Transformer.__call__`."""
+        ``Qwen3VLForConditionalGeneration`` takes); ``capture`` and ``last_only`` (logits
+        ``[B, 1, V]`` of the last position) as :meth:`Transformer.__call__`."""
         e = self.embed(input_ids, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                        pixel_values_videos=pixel_values_videos, video_grid_thw=video_grid_thw,
                        rope_positions=rope_positions)
-        return decode(self.language_model, e, capture=tuple(capture),
+        return decode(self.language_model, e, capture=tuple(capture), last_only=last_only,
                       jit=not _traced(input_ids, pixel_values, pixel_values_videos))
 
     def choice_posterior(self, input_ids, options: Sequence[Sequence[int]], **vision):
@@ -267,24 +267,24 @@ def _embed_jit(graphdef, state, ids, pixel_values, pixel_values_videos, rope, nx
                         {"image": image, "video": video}, rope, nxt)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("capture",))
-def _lm_jit(graphdef, state, embedded, mask, *, capture):
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("capture", "last_only"))
+def _lm_jit(graphdef, state, embedded, mask, *, capture, last_only):
     lm = nnx.merge(graphdef, state)
     return lm(inputs_embeds=embedded.inputs_embeds, positions=embedded.positions,
               rope_positions=embedded.rope_positions, deepstack=embedded.deepstack, mask=mask,
-              capture=capture)
+              capture=capture, last_only=last_only)
 
 
 def decode(lm: Transformer, embedded: Embedded, *, mask=None, capture: tuple = (),
-           jit: bool = True):
+           last_only: bool = False, jit: bool = True):
     """The decoder's logits on an embedded prompt (one jitted program unless ``jit=False``,
-    which a caller under its own trace uses)."""
+    which a caller under its own trace uses); ``last_only``: the last position's only."""
     if not jit:
         return lm(inputs_embeds=embedded.inputs_embeds, positions=embedded.positions,
                   rope_positions=embedded.rope_positions, deepstack=embedded.deepstack,
-                  mask=mask, capture=capture)
+                  mask=mask, capture=capture, last_only=last_only)
     graphdef, state = nnx.split(lm)
-    return _lm_jit(graphdef, state, embedded, mask, capture=capture)
+    return _lm_jit(graphdef, state, embedded, mask, capture=capture, last_only=last_only)
 
 
 def _check_options(options, vocab_size: int) -> list[list[int]]:

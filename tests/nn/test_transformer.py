@@ -41,6 +41,16 @@ def test_inputs_embeds_equal_tokens(model):
     np.testing.assert_allclose(model(inputs_embeds=model.embed_tokens(x)), model(x), atol=1e-6)
 
 
+def test_last_only_unembeds_the_last_position(model):
+    x = tokens(t=12)
+    full = model(x)
+    last = model(x, last_only=True)
+    assert last.shape == (2, 1, full.shape[-1])
+    np.testing.assert_allclose(last[:, 0], full[:, -1], atol=1e-5)
+    _, inter = model(x, capture=("hidden",), last_only=True)    # captures still every position
+    assert inter.hidden.shape[2] == 12
+
+
 def test_cached_decoding_equals_full_forward(model):
     x = tokens(t=12)
     full = model(x)

@@ -54,6 +54,15 @@ def test_shapes(model):
     assert np.all(np.asarray(e.deepstack)[0, 0, ids[0] != IMG] == 0)
 
 
+def test_last_only_is_the_last_column_of_the_logits(model):
+    grid = np.array([[1, 4, 4]])
+    ids = prompt((IMG, 4))
+    full = model(ids, pixel_values=pixels(16), image_grid_thw=grid)
+    last = model(ids, pixel_values=pixels(16), image_grid_thw=grid, last_only=True)
+    assert last.shape == (1, 1, full.shape[-1])
+    np.testing.assert_allclose(np.asarray(last[:, 0]), np.asarray(full[:, -1]), atol=1e-5)
+
+
 def test_tower_without_position_table_or_rope():
     """The learned table and the 2-D rope are each optional; without either, permuting the
     merge blocks of an image permutes its tokens (nothing else knows where a patch is)."""

@@ -79,7 +79,7 @@ class QwenVLReader:
         out = np.zeros((len(questions), n_opt), np.float32)
         for b, q in enumerate(questions):
             kept = [videos[b][j] for j in np.flatnonzero(masks[b])]
-            logits = self.model(**self.inputs(kept, q, options[b]))[0, -1]
+            logits = self.model(**self.inputs(kept, q, options[b]), last_only=True)[0, -1]
             out[b] = np.asarray(jax.nn.softmax(logits[letters].astype(jnp.float32)))
         return out
 
