@@ -112,6 +112,32 @@ def _paired_se(a, b, answer) -> float:
     return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
 
 
+def paired_gains(preds: dict, answer, pairs) -> dict:
+    """Per pair: GridProbe's accuracy gain over uniform selection at the same mean M, and
+    for ``small/large`` (when it ran) over the small model alone, each with its paired SE."""
+    a, out = answer, {}
+    for pair in pairs:
+        g, u = preds[(pair, "gridprobe")], preds[(pair, "uniform")]
+        out[pair] = {"gain_uniform": float(np.mean(g == a) - np.mean(u == a)),
+                     "se_uniform": _paired_se(g, u, a)}
+    if "small/large" in out:
+        s, gl = preds[("small/small", "gridprobe")], preds[("small/large", "gridprobe")]
+        out["small/large"].update(gain_small=float(np.mean(gl == a) - np.mean(s == a)),
+                                  se_small=_paired_se(gl, s, a))
+    return out
+
+
+def m_eff_spearman(m_eff, difficulty) -> dict:
+    """Spearman's rho of ``M_eff`` against the difficulty, with its p-value (rho 0, p 1
+    when either is constant: the correlation is undefined)."""
+    m_eff, difficulty = np.asarray(m_eff), np.asarray(difficulty)
+    if len(set(difficulty.tolist())) < 2 or np.ptp(m_eff) == 0:
+        return {"rho": 0.0, "p": 1.0, "n": len(difficulty)}
+    rho, p = stats.spearmanr(m_eff, difficulty)
+    return {"rho": float(np.nan_to_num(rho)), "p": float(np.nan_to_num(p, nan=1.0)),
+            "n": len(difficulty)}
+
+
 def selector_masks(config, imp, frame_emb, query_emb) -> tuple[dict, np.ndarray, int]:
     """Every selector's frame masks ``[B, K^2]`` from the selector's importance maps ``imp``
     and its frame / question embeddings; ``M_eff`` per question and the fixed ``M`` of the
@@ -144,9 +170,7 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
     flops_of = {s: {m: vlms[s].forward_flops(m, size, nopt) for m in range(1, n + 1)}
                 for s in vlms}
     probe_cost = {s: 2 * k * flops_of[s][k] for s in vlms}
-    from lab.nn.flops import vlm_config_flops
-    vision_cost = {s: vlm_config_flops(vlms[s].config, 1, n, size, size, 0)["vision"]
-                   for s in vlms}
+    vision_cost = {s: vlms[s].vision_flops(n, size) for s in vlms}
     probes = {s: gp.probe(vlms[s], videos, q, o, k, chunk=config.chunk) for s in vlms}
     emb = {s: (vlms[s].frame_embeddings(videos, chunk=config.chunk),
                vlms[s].question_embeddings(q)) for s in vlms}
@@ -266,22 +290,10 @@ def run(config, workdir: str) -> dict:
     grid = gp.grid_frames(config.data.frames, config.k)
     videos = render_videos(ds)[:, grid]
     ev = evaluate(config, vlms, ds, videos)
-    a = ev["answer"]
-    paired = {}
-    for pair in ("small/small", "large/large", "small/large"):
-        g = ev["preds"][(pair, "gridprobe")]
-        u = ev["preds"][(pair, "uniform")]
-        paired[pair] = {"gain_uniform": float(np.mean(g == a) - np.mean(u == a)),
-                        "se_uniform": _paired_se(g, u, a)}
-    s = ev["preds"][("small/small", "gridprobe")]
-    gl = ev["preds"][("small/large", "gridprobe")]
-    paired["small/large"].update(gain_small=float(np.mean(gl == a) - np.mean(s == a)),
-                                 se_small=_paired_se(gl, s, a))
+    paired = paired_gains(ev["preds"], ev["answer"], [f"{s}/{q}" for s, q in PAIRS])
     m_eff = np.asarray(ev["extra"]["small/large"]["m_eff"])
     diff = np.asarray(ds["difficulty"])
-    rho, p = stats.spearmanr(m_eff, diff)
-    spearman = {"rho": float(np.nan_to_num(rho)), "p": float(np.nan_to_num(p, nan=1.0)),
-                "n": len(diff)}
+    spearman = m_eff_spearman(m_eff, diff)
     by_diff = {int(d): float(m_eff[diff == d].mean()) for d in sorted(set(diff.tolist()))}
     results = {"table": ev["rows"], "paired": paired, "spearman": spearman,
                "m_eff_by_difficulty": by_diff, "context": ev["context"],
@@ -375,33 +387,23 @@ def run_real(config, workdir: str) -> dict:
             sel, qa = p.split("/")
             mask = selection[p][0][name][i:i + 1]
             preds[(p, name)][i] = vlms[qa].posteriors(v, mask, [q[i]], [o[i]])[0].argmax()
+            nopt = len(o[i])
             sel_flops = {"monolithic": 0, "uniform": 0}.get(name)
             if sel_flops is None:
-                sel_flops = (_vision_flops(vlms[sel], n, h, w) if name == "similarity" else
-                             2 * k * _real_flops(vlms[sel], k, h, w, len(o[i])))
-            flops[(p, name)][i] = sel_flops + _real_flops(vlms[qa], int(mask.sum()), h, w,
-                                                          len(o[i]))
+                sel_flops = (vlms[sel].vision_flops(n, h, width=w) if name == "similarity"
+                             else 2 * k * vlms[sel].forward_flops(k, h, nopt, width=w))
+            flops[(p, name)][i] = sel_flops + vlms[qa].forward_flops(int(mask.sum()), h, nopt,
+                                                                     width=w)
     rows = []
     for (p, name), pred in preds.items():
         acc, se = _acc(pred, a)
         rows.append({"pair": p, "selector": name, "accuracy": acc, "se": se,
                      "frames": float(selection[p][0][name].sum(1).mean()),
                      "gflops": float(flops[(p, name)].mean() / 1e9)})
-    paired = {}
-    for p in selection:
-        g, u = preds[(p, "gridprobe")], preds[(p, "uniform")]
-        paired[p] = {"gain_uniform": float(np.mean(g == a) - np.mean(u == a)),
-                     "se_uniform": _paired_se(g, u, a)}
-    if "small/large" in selection:
-        s_, gl = preds[("small/small", "gridprobe")], preds[("small/large", "gridprobe")]
-        paired["small/large"].update(gain_small=float(np.mean(gl == a) - np.mean(s_ == a)),
-                                     se_small=_paired_se(gl, s_, a))
+    paired = paired_gains(preds, a, list(selection))
     m_eff = selection["small/large" if "small/large" in selection else "large/large"][1]
     diff = np.asarray(ds["difficulty"])
-    varies = len(set(diff.tolist())) > 1 and np.ptp(m_eff) > 0
-    rho, pv = stats.spearmanr(m_eff, diff) if varies else (0.0, 1.0)   # undefined: rho 0, p 1
-    spearman = {"rho": float(np.nan_to_num(rho)), "p": float(np.nan_to_num(pv, nan=1.0)),
-                "n": b}
+    spearman = m_eff_spearman(m_eff, diff)
     reads = {qa: {"all_frames": _acc(preds[(f"{qa}/{qa}", "monolithic")], a)[0]
                   if (f"{qa}/{qa}", "monolithic") in preds else None,
                   "no_frames": _acc(alone[qa], a)[0]} for qa in alone}
@@ -424,22 +426,6 @@ def run_real(config, workdir: str) -> dict:
               f"p {spearman['p']:.3g}, n {b}\n"]
     return outputs.write_outputs(workdir, name="gridprobe", config=config, results=results,
                                  report="\n".join(report), plots=[])
-
-
-def _real_flops(reader, frames: int, h: int, w: int, n_options: int) -> int:
-    """A Qwen3-VL reader's forward FLOPs for ``frames`` frames of ``h x w`` pixels."""
-    return reader.forward_flops(frames, h, n_options, width=w)
-
-
-def _vision_flops(reader, frames: int, h: int, w: int) -> int:
-    """The ViT's FLOPs over ``frames`` frames (each one temporal patch), for the
-    similarity selector's frame embeddings."""
-    from lab.hf.qwen3_vl_inputs import smart_resize
-    from lab.nn.flops import vlm_config_flops
-    p = reader.processing
-    hh, ww = smart_resize(h, w, p.factor, p.min_pixels, p.max_pixels)
-    return int(vlm_config_flops(reader.config, 1, frames * p.temporal_patch_size, hh, ww,
-                                0)["vision"])
 
 
 def main_table(results) -> list[dict]:

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lab.data.video_records import LETTERS
 from lab.nn import VLMConfig
 
 INSTRUCTION = "Answer with the option's letter from the given choices directly."
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ holding and failing), bad config, and the run end to end at the ``test`` preset.
 import json
 import os
 
+import numpy as np
 import pytest
 
 from configs.gridprobe import get_config
@@ -56,6 +57,48 @@ def test_regime_rule_holds_and_fails():
     r = _results(True)
     r["context"]["small"]["random"] = (0.75, 0.03)      # evidence barely above random
     assert not exp.regime_of(r)[0]["holds"]
+
+
+def test_real_path_regime_rule_holds_and_fails():
+    """The real path's check: the QA model with all frames beats the question alone."""
+    r = {"real": {"reads": {"large": {"all_frames": 0.60, "no_frames": 0.40}}}}
+    assert [c["holds"] for c in exp.regime_of(r)] == [True]
+    r["real"]["reads"]["large"]["all_frames"] = 0.43            # within 0.05 of the question
+    assert [c["holds"] for c in exp.regime_of(r)] == [False]
+    r["real"]["reads"] = {"small": {"all_frames": 0.70, "no_frames": 0.30},
+                          "large": {"all_frames": 0.40, "no_frames": 0.45}}
+    assert [c["holds"] for c in exp.regime_of(r)] == [True, False]    # one check per model
+
+
+def test_one_model_real_run_states_the_claims_it_can_decide():
+    """With one model only large/large runs: its gain over uniform and the M_eff
+    correlation (named for the benchmark's difficulty), each holding and failing."""
+    r = _results(True)
+    r["table"] = [row for row in r["table"] if row["pair"] == "large/large"]
+    r["paired"] = {"large/large": r["paired"]["large/large"]}
+    r["difficulty"] = "the videomme duration class"
+    good = exp.claims_of(r)
+    assert [c["holds"] for c in good] == [True, True]
+    assert "videomme duration class" in good[1]["claim"]
+    r["paired"]["large/large"]["gain_uniform"] = 0.05           # within 2 paired SE
+    r["spearman"] = {"rho": 0.3, "p": 0.2, "n": 40}
+    assert [c["holds"] for c in exp.claims_of(r)] == [False, False]
+
+
+def test_paired_gains_and_spearman_on_hand_cases():
+    a = np.array([0, 1, 2, 3])
+    preds = {("small/small", "gridprobe"): np.array([0, 1, 0, 0]),
+             ("small/small", "uniform"): np.array([0, 0, 0, 0]),
+             ("small/large", "gridprobe"): np.array([0, 1, 2, 0]),
+             ("small/large", "uniform"): np.array([0, 1, 2, 3])}
+    g = exp.paired_gains(preds, a, ["small/small", "small/large"])
+    assert g["small/small"]["gain_uniform"] == pytest.approx(0.25)
+    assert g["small/large"]["gain_uniform"] == pytest.approx(-0.25)
+    assert g["small/large"]["gain_small"] == pytest.approx(0.25)        # 0.75 - 0.5
+    assert "gain_small" not in exp.paired_gains(preds, a, ["small/small"])["small/small"]
+    assert exp.m_eff_spearman([1, 2, 3, 4], [0, 0, 1, 1])["rho"] > 0.8
+    assert exp.m_eff_spearman([3, 3, 3, 3], [0, 1, 2, 0]) == {"rho": 0.0, "p": 1.0, "n": 4}
+    assert exp.m_eff_spearman([1, 2, 3, 4], [1, 1, 1, 1])["p"] == 1.0
 
 
 def test_bad_config():

@@ -198,6 +198,7 @@ def test_zoo_reader_matches_the_zoo_and_counts_its_prompt():
         text = 1 + 16 + m * (per + 2) + 1 + 4 * 5
         assert reader.forward_flops(m, 32, 4) == (vit_flops(dims, m)["total"] + transformer_flops(
             cfg.text, 1, text)["total"])
+        assert reader.vision_flops(m, 32) == vit_flops(dims, m)["total"]   # the ViT alone
     emb = reader.frame_embeddings(videos[:1], chunk=16)
     assert emb.shape == (1, 16, cfg.text.d_model)
     assert reader.question_embeddings(q).shape == (2, cfg.text.d_model)

@@ -110,6 +110,11 @@ def test_embeddings_and_flops(ckpt):
         assert want["visual_tokens"] == 4 * frames
         assert reader.forward_flops(frames, 20, 4) == want["total"]
     assert reader.forward_flops(3, 20, 4) > reader.forward_flops(1, 20, 4)
+    # the similarity selector's cost: the ViT alone over every frame
+    assert reader.vision_flops(3, 20) == vlm_config_flops(reader.config, 1, 6, 16, 16,
+                                                          0)["vision"] > 0
+    assert reader.vision_flops(3, 20, width=28) == vlm_config_flops(
+        reader.config, 1, 6, 16, 32, 0)["vision"]                  # 20x28 -> 16x32
 
 
 def test_bad_input(ckpt, tmp_path):
@@ -172,6 +177,9 @@ def test_the_experiments_real_path_end_to_end(ckpt, tmp_path):
     want = (reader.forward_flops(m, 20, 4, width=28)
             + 4 * reader.forward_flops(2, 20, 4, width=28)) / 1e9
     assert fixed["gflops"] == pytest.approx(want)
+    sim = rows[("large/large", "similarity")]
+    assert sim["gflops"] == pytest.approx((reader.vision_flops(4, 20, width=28) + reader
+                                           .forward_flops(m, 20, 4, width=28)) / 1e9)
     claims = [x["claim"] for x in results["claims"]]
     assert any("videomme duration class" in x for x in claims)
     # too few extracted frames for the grid: a clear error naming the video

@@ -103,6 +103,14 @@ class QwenVLReader:
             out.append(np.asarray(self.model.language_model.embed(jnp.asarray(ids))).mean(0))
         return np.stack(out)
 
+    def vision_flops(self, frames: int, size: int, *, width: int | None = None) -> int:
+        """FLOPs of the ViT alone over ``frames`` frames (each one temporal patch) of ``size x
+        size`` (or ``size x width``) pixels: the similarity selector's frame embeddings."""
+        p = self.processing
+        h, w = qi.smart_resize(size, width or size, p.factor, p.min_pixels, p.max_pixels)
+        return int(vlm_config_flops(self.config, 1, frames * p.temporal_patch_size, h, w,
+                                    0)["vision"])
+
     def forward_flops(self, frames: int, size: int, n_options: int, *,
                       width: int | None = None) -> int:
         """FLOPs of one question from ``frames`` frames of ``size x size`` pixels (``size x

@@ -68,6 +68,11 @@ class ZooReader:
         return np.stack([emb[np.asarray(self.tokenizer.encode(q) or [self.tokenizer.unk_id])]
                          .mean(0) for q in questions])
 
+    def vision_flops(self, frames: int, size: int) -> int:
+        """FLOPs of the ViT alone over ``frames`` frames of ``size x size`` pixels (the
+        similarity selector's frame embeddings)."""
+        return int(vlm_config_flops(self.config, 1, frames, size, size, 0)["vision"])
+
     def forward_flops(self, frames: int, size: int, n_options: int) -> int:
         """FLOPs of one question answered from ``frames`` frames: the ViT over the frames,
         the decoder over their tokens, ``2 * frames`` vision markers, ``<bos>``, the
