@@ -12,6 +12,7 @@ Stages:
    scored on held-out pairs against the hidden preference; image-blind shortcuts beside;
 3. SFT: a tiny byte LM learns the hierarchy (intent -> paths -> anchor -> caption) traced
    back from the ground-truth captions of the training groups (multi-path and single-path);
+   the two policies are HUMOR's bundle ``humor-sft``, shipped, cached or trained now;
 4. RL: the multi-path policy on :class:`lab.train.rl.RLTrainer` with the BT RM's reward
    (standardised, clipped), advantages normalised within template groups
    (``group_by="template"``), the clipped ratio and a k3 KL to the SFT policy.
@@ -30,6 +31,7 @@ from flax import nnx
 from configs.humor import get_config
 from lab import infer, launch, outputs
 from lab.config import check
+from lab.data import ByteTokenizer
 from lab.methods import humor as H
 from lab.nn import Transformer
 from lab.train.rl import RLConfig, RLTrainer
@@ -74,12 +76,15 @@ def check_config(config):
     return config
 
 
-def _policy(config):
-    from lab.data import ByteTokenizer
+def _policy_config(config):
     from lab.zoo.spec import byte_lm
     p = config.policy
-    cfg = byte_lm(p.d_model, p.n_layers, p.n_heads, p.n_heads, p.d_ff, 256)
-    return Transformer(cfg, rngs=nnx.Rngs(config.seed)), ByteTokenizer()
+    return byte_lm(p.d_model, p.n_layers, p.n_heads, p.n_heads, p.d_ff, 256)
+
+
+def _policy(config):
+    from lab.data import ByteTokenizer
+    return Transformer(_policy_config(config), rngs=nnx.Rngs(config.seed)), ByteTokenizer()
 
 
 def _perceive(vlm, groups):
@@ -150,22 +155,62 @@ def _diversity(model, tok, test, test_p, config, seed):
     return H.path_diversity(grouped)
 
 
-def policies(config, vlm, rm_bundle, test, test_p) -> dict:
-    """SFT (multi-path, single-path) then RL (multi-path): agreement and diversity."""
-    s, rc = config.sft, config.rl
+def sft_noise(config) -> float:
+    """The label-noise level of the SFT and RL stage: the one of ``config.noise_levels``
+    nearest ``config.sft.noise`` (its pairwise RM gives the RL reward)."""
+    return min(config.noise_levels, key=lambda n: abs(n - config.sft.noise))
+
+
+def _sft_recipe(config, rl_noise: float) -> dict:
+    """Everything that determines the SFT policies: the perception VLM (its config and
+    seed), the training groups (the RM comparison's first seed at ``rl_noise``), the policy
+    and the SFT settings."""
+    d = config.data
+    return {"seed": config.seed, "perception": config.perception.to_dict(),
+            "data": {"n_train": d.n_train, "n_captions": d.n_captions,
+                     "seed": config.seeds[0], "noise": rl_noise},
+            "policy": config.policy.to_dict(), "sft": config.sft.to_dict(), "format": 1}
+
+
+def load_sft(config, tr, tr_p, rl_noise: float, source: str | None = None):
+    """The SFT policies ``{mode: model}`` and their :class:`lab.zoo.bundle.Bundle` (source,
+    key, training seconds): the bundle ``humor-sft`` keyed by :func:`_sft_recipe`, shipped
+    with Lab, cached on this host, or trained now on the groups ``tr`` (perceived ``tr_p``)."""
+    from lab.zoo import bundle
+    from lab.zoo.store import abstract_model
+
+    s = config.sft
+
+    def train():
+        best = H.noisy_best(tr)
+        models, seconds = {}, {}
+        for mode in H.MODES:
+            t = time.perf_counter()
+            model, tok = _policy(config)
+            ex = H.sft_examples(tr, tr_p["words"], best, mode, s.n_paths, seed=config.seed)
+            models[mode], _ = H.train_sft(model, tok, ex, steps=s.steps, batch_size=s.batch,
+                                          learning_rate=s.learning_rate, seq_len=s.seq_len,
+                                          warmup_steps=s.warmup_steps, seed=config.seed)
+            seconds[mode] = time.perf_counter() - t
+        return models, {"seconds": seconds}
+
+    cfg = _policy_config(config)
+    got = bundle.load("humor-sft", _sft_recipe(config, rl_noise), train,
+                      lambda: {mode: abstract_model(cfg) for mode in H.MODES}, source=source)
+    return got.modules, got
+
+
+def policies(config, vlm, rm_bundle, test, test_p, rl_noise: float) -> dict:
+    """SFT (multi-path, single-path; :func:`load_sft`) then RL (multi-path): agreement and
+    diversity."""
+    rc = config.rl
     rm, tr, tr_f = rm_bundle
     tr_p = _perceive(vlm, tr)
-    best = H.noisy_best(tr)
-    out, models, timing = {}, {}, {}
-    for mode in H.MODES:
-        t = time.perf_counter()
-        model, tok = _policy(config)
-        ex = H.sft_examples(tr, tr_p["words"], best, mode, s.n_paths, seed=config.seed)
-        model, _ = H.train_sft(model, tok, ex, steps=s.steps, batch_size=s.batch,
-                               learning_rate=s.learning_rate, seq_len=s.seq_len,
-                               warmup_steps=s.warmup_steps, seed=config.seed)
-        models[mode] = model
-        timing[f"sft_{mode}_s"] = time.perf_counter() - t
+    out, timing = {}, {}
+    t = time.perf_counter()
+    models, sft = load_sft(config, tr, tr_p, rl_noise)
+    timing["sft_s"] = time.perf_counter() - t
+    tok = ByteTokenizer()
     # RL from the multi-path SFT policy, the BT reward standardised on its training captions.
     t = time.perf_counter()
     flat = [c for cs in tr["captions"] for c in cs]
@@ -195,7 +240,9 @@ def policies(config, vlm, rm_bundle, test, test_p) -> dict:
     diversity = {mode: _diversity(models[mode], tok, test, test_p, config, config.seed + 1)
                  for mode in H.MODES}
     diversity["temperature"] = config.diversity.temperature
-    return {"arms": out, "diversity": diversity, "rl_history": history, "timing": timing}
+    return {"arms": out, "diversity": diversity, "rl_history": history, "timing": timing,
+            "sft": {"source": sft.source, "key": sft.key,
+                    "train_seconds": sft.metrics.get("seconds", {})}}
 
 
 def caption_baselines(config, test) -> dict:
@@ -311,9 +358,9 @@ def run(config, workdir: str) -> dict:
     t = time.time()
     rm = rm_comparison(config, vlm, test, test_p)
     timing["reward_models_s"] = time.time() - t
-    rl_noise = min(config.noise_levels, key=lambda n: abs(n - config.sft.noise))
+    rl_noise = sft_noise(config)
     pol = policies(config, vlm, rm["models"][(rl_noise, config.seeds[0], "pairwise")],
-                   test, test_p)
+                   test, test_p, rl_noise)
     timing.update(pol["timing"])
     baselines = caption_baselines(config, test)
     timing["total_s"] = time.time() - t0
@@ -322,6 +369,7 @@ def run(config, workdir: str) -> dict:
                 "noise_levels": list(config.noise_levels), "seeds": list(config.seeds),
                 "rl_noise": rl_noise, "arms": pol["arms"], "baselines": baselines,
                 "diversity": pol["diversity"], "rl_history": pol["rl_history"],
+                "sft_policies": pol["sft"],
                 "n_test": d.n_test}
     results = dict(measured, claims=claim_rules(measured), regime=regime_rules(measured),
                    timing=timing)
@@ -377,6 +425,9 @@ def _report(r) -> str:
         f"## Generated captions (hidden-preference agreement, ceiling 1; RL with the "
         f"pairwise RM at noise {r['rl_noise']:g})\n",
         outputs.markdown_table(policy_table(r)), "\n",
+        f"SFT policies: bundle {r['sft_policies']['key']} ({r['sft_policies']['source']}; "
+        "trained in " + ", ".join(f"{m} {v:.0f} s" for m, v in
+                                  r["sft_policies"]["train_seconds"].items()) + ").\n",
         "Timing: " + ", ".join(f"{n} {v:.1f}" for n, v in r["timing"].items()) + "\n"])
 
 

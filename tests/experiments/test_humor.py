@@ -119,3 +119,32 @@ def test_the_default_perception_vlm_ships_with_lab():
                                  seed=c.seed, n_eval=pc.n_eval, source="shipped")
     assert zoo.loads()[-1]["source"] == "shipped"
     assert model.config.text.d_model == pc.d_model
+
+
+def test_the_default_sft_policies_ship_with_lab_and_caption_in_the_grammar():
+    """The main job loads HUMOR's two SFT policies from lab/zoo/assets instead of training
+    them (about 230 s on two cores); a recipe change without re-shipping fails here. The
+    shipped policies' greedy completions for held-out groups parse (the default run's
+    greedy malformed fraction was 0 for both)."""
+    from lab.methods import humor as H
+
+    c = get_config("default")
+    models, got = exp.load_sft(c, None, None, exp.sft_noise(c), source="shipped")
+    assert got.source == "shipped" and got.key.startswith("humor-sft-")
+    assert set(models) == set(H.MODES) and set(got.metrics["seconds"]) == set(H.MODES)
+    words = [(s, i) for s, i in zip(H.SCENES[:4], H.INTENTS[:4], strict=True)]
+    for mode, model in models.items():
+        _, caps = exp._captions(model, exp.ByteTokenizer(), words, c)
+        assert all(H.parse_caption(cap) is not None for cap in caps), (mode, caps)
+
+
+def test_the_sft_recipe_follows_every_setting_that_changes_the_policies():
+    c = get_config("default")
+    base = exp._sft_recipe(c, exp.sft_noise(c))
+    for change in (lambda c: c.sft.update(steps=999), lambda c: c.policy.update(d_ff=128),
+                   lambda c: c.update(seeds=(3, 1)), lambda c: c.perception.update(steps=5),
+                   lambda c: c.update(seed=7), lambda c: c.data.update(n_train=301)):
+        other = get_config("default")
+        change(other)
+        assert exp._sft_recipe(other, exp.sft_noise(other)) != base
+    assert exp.sft_noise(c) == 0.2
