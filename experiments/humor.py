@@ -162,11 +162,15 @@ def sft_noise(config) -> float:
 
 
 def _sft_recipe(config, rl_noise: float) -> dict:
-    """Everything that determines the SFT policies: the perception VLM (its config and
-    seed), the training groups (the RM comparison's first seed at ``rl_noise``), the policy
-    and the SFT settings."""
-    d = config.data
-    return {"seed": config.seed, "perception": config.perception.to_dict(),
+    """Everything that determines the SFT policies: the perception VLM (its bundle key,
+    which changes with its recipe), the training groups (the RM comparison's first seed at
+    ``rl_noise``), the policy and the SFT settings."""
+    from lab.zoo import bundle
+
+    d, pc = config.data, config.perception
+    spec = H.perception_spec(pc.steps, colour_steps=pc.colour_steps, d_model=pc.d_model,
+                             seed=config.seed, n_eval=pc.n_eval)
+    return {"seed": config.seed, "perception": bundle.key(spec.name, spec.hashed_fields()),
             "data": {"n_train": d.n_train, "n_captions": d.n_captions,
                      "seed": config.seeds[0], "noise": rl_noise},
             "policy": config.policy.to_dict(), "sft": config.sft.to_dict(), "format": 1}
