@@ -83,7 +83,6 @@ def _policy_config(config):
 
 
 def _policy(config):
-    from lab.data import ByteTokenizer
     return Transformer(_policy_config(config), rngs=nnx.Rngs(config.seed)), ByteTokenizer()
 
 

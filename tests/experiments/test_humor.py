@@ -124,8 +124,8 @@ def test_the_default_perception_vlm_ships_with_lab():
 def test_the_default_sft_policies_ship_with_lab_and_caption_in_the_grammar():
     """The main job loads HUMOR's two SFT policies from lab/zoo/assets instead of training
     them (about 230 s on two cores); a recipe change without re-shipping fails here. The
-    shipped policies' greedy completions for held-out groups parse (the default run's
-    greedy malformed fraction was 0 for both)."""
+    shipped policies' greedy completions parse for four scene / intent prompts (the
+    default run's greedy malformed fraction was 0 for both)."""
     from lab.methods import humor as H
 
     c = get_config("default")
