@@ -24,6 +24,9 @@ def test_humor_runs_end_to_end_at_the_test_preset(tmp_path):
     assert len(results["rm"]["accuracy"]) == len(c.noise_levels) * len(c.seeds) * 2
     assert [r["label noise"] for r in exp.rm_table(results)] == list(c.noise_levels)
     assert len(results["rl_history"]) == c.rl.steps
+    sft = results["sft_policies"]                  # the test preset's own bundle, not shipped
+    assert sft["source"] in ("trained", "cached") and sft["key"].startswith("humor-sft-")
+    assert set(sft["train_seconds"]) == {"multi", "single"}
     assert [r["policy"] for r in exp.main_table(results)] == [   # results.md's table
         "sft_multi", "sft_single", "rl_multi", "random_caption", "blind_caption"]
 
