@@ -47,6 +47,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.benchmark = "videomme"     # videomme | longvideobench
     c.records = ""               # the records file (.json, .jsonl or .parquet)
     c.frames_dir = ""            # one folder of frames per video
+    c.qwen_input = "images"      # images | video: a question's frames as images or one video
+    c.frames_fps = 1.0           # the extracted frames' rate: their timestamps in video mode
     if preset == "test":
         c.data.update(n_eval=8)
         c.chunk = 8

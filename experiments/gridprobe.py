@@ -16,7 +16,9 @@ compute is :func:`lab.methods.gridprobe.forward_flops` per question, probes incl
 With ``--config.model=<dir>`` (:func:`run_real`) the QA model (and the selector, unless
 ``--config.selector_model`` names another) is a Qwen3-VL checkpoint read by
 :class:`lab.methods.gridprobe.QwenVLReader`, on Video-MME or LongVideoBench records over
-extracted frames (``--config.records``, ``--config.frames_dir``).
+extracted frames (``--config.records``, ``--config.frames_dir``): each question's frames as
+images, or with ``--config.qwen_input=video`` as one Qwen3-VL video whose timestamps come
+from the frames' indices at ``--config.frames_fps``, the rate they were extracted at.
 
   python -m experiments.gridprobe --config=configs/gridprobe.py:default --workdir=/tmp/gridprobe
 """
@@ -54,6 +56,7 @@ REGIME_ABOVE_CHANCE = 0.15
 REGIME_ABOVE_RANDOM = 0.10
 REAL_READS = 0.05          # real path: all frames beat the question alone by this
 BENCHMARKS = ("videomme", "longvideobench")
+QWEN_INPUTS = ("images", "video")   # real path: a question's frames as images or one video
 
 
 def check_config(config):
@@ -69,6 +72,10 @@ def check_config(config):
     })
     gp.check_grid_size(config.k, config.data.frames)
     require(config.benchmark in BENCHMARKS, "benchmark", config.benchmark, f"one of {BENCHMARKS}")
+    require(config.qwen_input in QWEN_INPUTS, "qwen_input", config.qwen_input,
+            f"one of {QWEN_INPUTS}")
+    require(config.frames_fps > 0, "frames_fps", config.frames_fps,
+            "the extracted frames' rate, frames per second > 0")
     for field in ("model", "selector_model"):
         require(not config[field] or os.path.isdir(config[field]), field, config[field],
                 "'' (the zoo models) or a Qwen3-VL checkpoint directory")
@@ -321,9 +328,11 @@ def run(config, workdir: str) -> dict:
 def real_models(config) -> dict:
     """``{"small": selector, "large": QA model}`` as :class:`lab.methods.gridprobe.QwenVLReader`
     (one reader in both roles when ``selector_model`` is empty or the same directory)."""
-    large = gp.QwenVLReader.from_pretrained(config.model)
+    video = config.qwen_input == "video"
+    large = gp.QwenVLReader.from_pretrained(config.model, video=video)
     same = not config.selector_model or os.path.samefile(config.selector_model, config.model)
-    return {"small": large if same else gp.QwenVLReader.from_pretrained(config.selector_model),
+    return {"small": large if same else gp.QwenVLReader.from_pretrained(config.selector_model,
+                                                                        video=video),
             "large": large}
 
 
@@ -343,9 +352,11 @@ def real_dataset(config):
     return ds
 
 
-def _real_frames(row, n: int) -> np.ndarray:
-    """``uint8 [1, n, H, W, 3]``: ``n`` frames at the midpoints of equal segments."""
-    return load_frames(row["frame_paths"], uniform_indices(row["n_frames"], n))[None]
+def _real_frames(row, n: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """``uint8 [1, n, H, W, 3]``: ``n`` frames at the midpoints of equal segments, and their
+    seconds ``[1, n]`` (index over the extraction rate ``fps``)."""
+    idx = uniform_indices(row["n_frames"], n)
+    return load_frames(row["frame_paths"], idx)[None], (idx / fps)[None]
 
 
 def run_real(config, workdir: str) -> dict:
@@ -366,9 +377,9 @@ def run_real(config, workdir: str) -> dict:
     maps = {s: np.zeros((b, n), np.float32) for s in sels}
     femb = {s: [] for s in sels}
     for i in range(b):
-        v = _real_frames(ds[i], n)
+        v, t = _real_frames(ds[i], n, config.frames_fps)
         for s in sels:
-            maps[s][i] = gp.probe(vlms[s], v, [q[i]], [o[i]], k)["map"][0]
+            maps[s][i] = gp.probe(vlms[s], v, [q[i]], [o[i]], k, times=t)["map"][0]
             femb[s].append(vlms[s].frame_embeddings(v)[0])
     selection = {f"{s}/{qa}": selector_masks(config, maps[s], np.stack(femb[s]),
                                              vlms[s].question_embeddings(q))
@@ -378,7 +389,7 @@ def run_real(config, workdir: str) -> dict:
     flops = {key: np.zeros(b) for key in preds}
     alone = {qa: np.zeros(b, np.int64) for _, qa in pairs}
     for i in range(b):
-        v = _real_frames(ds[i], n)
+        v, t = _real_frames(ds[i], n, config.frames_fps)
         h, w = v.shape[2:4]
         for qa in alone:
             none = np.zeros((1, n), bool)
@@ -386,7 +397,8 @@ def run_real(config, workdir: str) -> dict:
         for p, name in preds:
             sel, qa = p.split("/")
             mask = selection[p][0][name][i:i + 1]
-            preds[(p, name)][i] = vlms[qa].posteriors(v, mask, [q[i]], [o[i]])[0].argmax()
+            preds[(p, name)][i] = vlms[qa].posteriors(v, mask, [q[i]], [o[i]],
+                                                      times=t)[0].argmax()
             nopt = len(o[i])
             sel_flops = {"monolithic": 0, "uniform": 0}.get(name)
             if sel_flops is None:
@@ -410,6 +422,7 @@ def run_real(config, workdir: str) -> dict:
     results = {"table": rows, "paired": paired, "spearman": spearman,
                "difficulty": f"the {config.benchmark} duration class",
                "real": {"benchmark": config.benchmark, "n": b, "reads": reads,
+                        "input": config.qwen_input,
                         "models": {"small": config.selector_model or config.model,
                                    "large": config.model}},
                "m_eff_by_difficulty": {int(d): float(m_eff[diff == d].mean())
@@ -419,7 +432,11 @@ def run_real(config, workdir: str) -> dict:
     results["claims"] = claims_of(results)
     results["regime"] = regime_of(results)
     results["seconds"] = time.time() - t0
-    report = ["## Accuracy vs compute\n", outputs.markdown_table(rows), "\n",
+    given = ("images, one per frame" if config.qwen_input == "images" else
+             f"one video, timestamped at {config.frames_fps:g} extracted frames per second")
+    report = [f"{config.benchmark}, {b} questions; each question's frames given to Qwen3-VL as "
+              f"{given}.\n",
+              "## Accuracy vs compute\n", outputs.markdown_table(rows), "\n",
               "## The QA model with all frames / the question alone\n",
               outputs.markdown_table([{"model": s, **r} for s, r in reads.items()]), "\n",
               f"## M_eff vs {results['difficulty']}\n\nSpearman rho {spearman['rho']:.3f}, "

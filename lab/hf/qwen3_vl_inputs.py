@@ -17,9 +17,21 @@
   ``<|im_start|>assistant``), and :func:`letter_ids`, the tokens whose next-token logits
   score the options.
 
-Videos are given as frames, each frame one image (the temporal patch repeats it), not as
-Qwen3-VL's video input (frame pairs per temporal patch with timestamps between them): that
-needs the video processor, which is not reproduced here.
+- :class:`VideoProcessing`, :func:`sample_frames`, :func:`video_smart_resize`,
+  :func:`video_inputs` and :func:`frame_timestamps`: Qwen3-VL's video input
+  (``transformers``' ``Qwen3VLVideoProcessor`` and ``Qwen3VLProcessor``): frames sampled
+  at ``fps`` per second of the source (clamped to ``[min_frames, max_frames]``), all
+  resized to one size whose pixels over the whole clip lie in ``[min_pixels,
+  max_pixels]``, consecutive pairs of frames making one temporal patch (an odd count
+  repeats the last frame), and each temporal patch's tokens preceded in the prompt by its
+  time, ``"<1.5 seconds>"`` (the mean time of its two frames). ``pixel_values_videos`` and
+  ``video_grid_thw`` go to :meth:`lab.nn.VLM.__call__`; :func:`choice_prompt`'s ``video``
+  writes the timestamps and the frames' tokens.
+
+A video can also be given as frames, each one image (the temporal patch repeats it), which
+costs each frame a temporal patch of its own. Resizing uses PIL's bicubic filter, as the
+image processor's PIL backend does; the video processor resizes with torchvision's
+antialiased bicubic instead.
 """
 
 from __future__ import annotations
@@ -55,33 +67,35 @@ class ImageProcessing:
                       "max_pixels"):
             v = getattr(self, field)
             if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"ImageProcessing.{field}={v!r}; expected a positive int")
+                raise ValueError(f"{type(self).__name__}.{field}={v!r}; expected a positive int")
         if self.min_pixels > self.max_pixels:
-            raise ValueError(f"ImageProcessing.min_pixels={self.min_pixels} > max_pixels="
+            raise ValueError(f"{type(self).__name__}.min_pixels={self.min_pixels} > max_pixels="
                              f"{self.max_pixels}")
         for field in ("image_mean", "image_std"):
             v = getattr(self, field)
             if len(v) != 3 or (field == "image_std" and min(v) <= 0):
-                raise ValueError(f"ImageProcessing.{field}={v!r}; expected three numbers"
+                raise ValueError(f"{type(self).__name__}.{field}={v!r}; expected three numbers"
                                  + (" > 0" if field == "image_std" else ""))
 
     @property
     def factor(self) -> int:
         return self.patch_size * self.merge_size
 
+    CONFIG_FILE = "preprocessor_config.json"    # in a checkpoint directory
+    READ_FIELDS = ("patch_size", "temporal_patch_size", "merge_size")   # read as they are
+
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> ImageProcessing:
-        """The settings of a checkpoint directory's ``preprocessor_config.json`` (``size``'s
+        """The settings of a checkpoint directory's ``CONFIG_FILE`` (``size``'s
         ``shortest_edge`` / ``longest_edge`` or ``min_pixels`` / ``max_pixels`` as the pixel
         bounds); the defaults above where it is absent or silent."""
-        file = os.path.join(os.fspath(path), "preprocessor_config.json")
+        file = os.path.join(os.fspath(path), cls.CONFIG_FILE)
         if not os.path.isfile(file):
             return cls()
         with open(file) as f:
             cfg = json.load(f)
         size = cfg.get("size") or {}
-        kw = {k: cfg[k] for k in ("patch_size", "temporal_patch_size", "merge_size")
-              if k in cfg}
+        kw = {k: cfg[k] for k in cls.READ_FIELDS if k in cfg}
         lo = size.get("shortest_edge", cfg.get("min_pixels"))
         hi = size.get("longest_edge", cfg.get("max_pixels"))
         if lo is not None:
@@ -103,8 +117,44 @@ class ImageProcessing:
                              ("temporal_patch_size", "temporal_patch_size"),
                              ("merge_size", "spatial_merge_size")):
             if getattr(self, mine) != getattr(v, theirs):
-                raise ValueError(f"ImageProcessing.{mine}={getattr(self, mine)} but the "
+                raise ValueError(f"{type(self).__name__}.{mine}={getattr(self, mine)} but the "
                                  f"model's VisionConfig.{theirs}={getattr(v, theirs)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoProcessing(ImageProcessing):
+    """The video processor's settings (``transformers``' ``Qwen3VLVideoProcessor``
+    defaults). ``min_pixels`` / ``max_pixels`` bound the pixels of the whole clip (frames x
+    height x width); ``fps`` is the sampling rate of :func:`sample_frames`;
+    ``cap_pixels_per_frame`` caps each frame at ``max_video_tokens`` merged tokens and an
+    even share of ``max_pixels`` (qwen-vl-utils' rule; off by default, as in
+    ``transformers``)."""
+
+    min_pixels: int = 128 * 32 * 32
+    max_pixels: int = 768 * 32 * 32
+    fps: float = 2.0
+    min_frames: int = 4
+    max_frames: int = 768
+    cap_pixels_per_frame: bool = False
+    max_video_tokens: int = 768
+
+    CONFIG_FILE = "video_preprocessor_config.json"
+    READ_FIELDS = ImageProcessing.READ_FIELDS + ("fps", "min_frames", "max_frames",
+                                                 "cap_pixels_per_frame", "max_video_tokens")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for field in ("min_frames", "max_frames", "max_video_tokens"):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"VideoProcessing.{field}={v!r}; expected a positive int")
+        if self.min_frames > self.max_frames:
+            raise ValueError(f"VideoProcessing.min_frames={self.min_frames} > max_frames="
+                             f"{self.max_frames}")
+        if not isinstance(self.fps, (int, float)) or not self.fps > 0:
+            raise ValueError(f"VideoProcessing.fps={self.fps!r}; expected a number > 0")
+        if self.cap_pixels_per_frame is None:     # transformers' "unset": its current default
+            object.__setattr__(self, "cap_pixels_per_frame", False)
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int,
@@ -169,6 +219,116 @@ def image_token_counts(image_grid_thw, merge_size: int) -> list[int]:
     return [int(np.prod(g)) // merge_size ** 2 for g in np.asarray(image_grid_thw)]
 
 
+def sample_frames(total_frames: int, video_fps: float, proc: VideoProcessing = VideoProcessing(),
+                  *, num_frames: int | None = None) -> np.ndarray:
+    """Indices (int64, ascending) of the frames of a ``total_frames``-frame video at
+    ``video_fps`` that Qwen3-VL's video processor keeps: ``num_frames`` of them when given,
+    else ``proc.fps`` per second clamped to ``[min_frames, max_frames]`` and to the video's
+    length, evenly spaced from the first frame to the last and rounded."""
+    if not isinstance(total_frames, (int, np.integer)) or total_frames < 1:
+        raise ValueError(f"total_frames={total_frames!r}; expected an int >= 1")
+    if not video_fps > 0:
+        raise ValueError(f"video_fps={video_fps!r}; expected frames per second > 0")
+    if num_frames is None:
+        n = int(total_frames / video_fps * proc.fps)
+        n = min(max(n, proc.min_frames), proc.max_frames, total_frames)
+    elif not isinstance(num_frames, (int, np.integer)) or num_frames < 1:
+        raise ValueError(f"num_frames={num_frames!r}; expected an int >= 1 or None")
+    else:
+        n = int(num_frames)
+    return np.linspace(0, total_frames - 1, n).round().astype(np.int64)
+
+
+def video_smart_resize(num_frames: int, height: int, width: int,
+                       proc: VideoProcessing = VideoProcessing()) -> tuple[int, int]:
+    """The processed frame size of a ``num_frames``-frame clip of ``height x width``: each
+    side rounded to a multiple of ``proc.factor``, then both scaled (aspect kept) so that the
+    clip's pixels (frames rounded to temporal patches) lie in ``[min_pixels, max_pixels]``,
+    with ``max_pixels`` per-frame capped when ``cap_pixels_per_frame`` (Qwen3-VL's video
+    ``smart_resize``). A clip shorter than a temporal patch is sized as one temporal patch
+    (its last frame repeated), where ``transformers`` refuses it."""
+    if not isinstance(num_frames, (int, np.integer)) or num_frames < 1:
+        raise ValueError(f"num_frames={num_frames!r}; expected an int >= 1")
+    if min(height, width) < 1:
+        raise ValueError(f"frames of {height}x{width} pixels; expected both sides >= 1")
+    tp, f = proc.temporal_patch_size, proc.factor
+    t = max(int(num_frames), tp)
+    max_pixels = proc.max_pixels
+    if proc.cap_pixels_per_frame:
+        per_frame = max(min(proc.max_video_tokens * f * f, proc.max_pixels // t),
+                        int(proc.min_pixels * 1.05))
+        max_pixels = per_frame * t
+    if height < f or width < f:
+        scale = max(f / height, f / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"frames of {height}x{width} pixels: aspect ratio over 200")
+    h, w = round(height / f) * f, round(width / f) * f
+    t_bar = round(t / tp) * tp
+    if t_bar * h * w > max_pixels:
+        beta = math.sqrt(t * height * width / max_pixels)
+        h = max(f, math.floor(height / beta / f) * f)
+        w = max(f, math.floor(width / beta / f) * f)
+    elif t_bar * h * w < proc.min_pixels:
+        beta = math.sqrt(proc.min_pixels / (t * height * width))
+        h = math.ceil(height * beta / f) * f
+        w = math.ceil(width * beta / f) * f
+    return h, w
+
+
+def video_inputs(frames, proc: VideoProcessing = VideoProcessing()
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(pixel_values_videos float32 [P, 3 * tp * p * p], video_grid_thw int64 [1, 3])`` of
+    one video given as its sampled ``frames`` (uint8 ``[T, H, W, 3]``, or a list of frames of
+    one size, in time order): every frame resized to :func:`video_smart_resize`'s size,
+    rescaled and normalised, the last one repeated up to a multiple of
+    ``temporal_patch_size``, and consecutive frames stacked into temporal patches, flattened
+    patch by patch in merge-window order as ``Qwen3VLVideoProcessor.patchify`` lays them out.
+    Raises ValueError naming the frame for a wrong dtype or shape."""
+    seq = [np.asarray(x) for x in frames]
+    if not seq:
+        raise ValueError("frames is empty; expected at least one uint8 [H, W, 3] frame")
+    for i, x in enumerate(seq):
+        if x.dtype != np.uint8 or x.ndim != 3 or x.shape[-1] != 3 or x.shape != seq[0].shape:
+            raise ValueError(f"frames[{i}] is {x.dtype} {x.shape}; expected uint8 [H, W, 3] "
+                             f"of the first frame's size {seq[0].shape}")
+    p, tp, m = proc.patch_size, proc.temporal_patch_size, proc.merge_size
+    h, w = video_smart_resize(len(seq), *seq[0].shape[:2], proc)
+    mean = np.asarray(proc.image_mean, np.float32)
+    std = np.asarray(proc.image_std, np.float32)
+    x = np.stack([_resized(f, h, w) for f in seq]).astype(np.float32)
+    x = (x / 255.0 - mean) / std                                          # [T, h, w, 3]
+    if pad := -len(seq) % tp:
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
+    gt, gh, gw = len(x) // tp, h // p, w // p
+    x = x.transpose(0, 3, 1, 2).reshape(gt, tp, 3, gh // m, m, p, gw // m, m, p)
+    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)     # [gt, gh/m, gw/m, m, m, 3, tp, p, p]
+    return (np.ascontiguousarray(x.reshape(gt * gh * gw, 3 * tp * p * p), np.float32),
+            np.array([[gt, gh, gw]], np.int64))
+
+
+def frame_timestamps(indices, video_fps: float, temporal_patch_size: int = 2) -> list[float]:
+    """Seconds of each temporal patch of a video whose kept frames are ``indices`` of a
+    source at ``video_fps``: the mean time of the patch's first and last frame, the last
+    index repeated up to a multiple of ``temporal_patch_size`` (``Qwen3VLProcessor``'s
+    timestamps)."""
+    if not video_fps > 0:
+        raise ValueError(f"video_fps={video_fps!r}; expected frames per second > 0")
+    idx = [float(i) for i in np.asarray(indices).reshape(-1)]
+    if not idx:
+        raise ValueError("indices is empty; expected the kept frames' indices")
+    idx += [idx[-1]] * (-len(idx) % temporal_patch_size)
+    t = [i / video_fps for i in idx]
+    return [(t[i] + t[i + temporal_patch_size - 1]) / 2
+            for i in range(0, len(t), temporal_patch_size)]
+
+
+def video_frame_tokens(video_grid_thw, merge_size: int) -> int:
+    """Decoder tokens of each temporal patch of a video (one ``video_grid_thw`` row)."""
+    g = np.asarray(video_grid_thw).reshape(-1)
+    return int(g[1] * g[2]) // merge_size ** 2
+
+
 def _special(tokenizer, token: str) -> int:
     ids = tokenizer.encode(token)
     if len(ids) != 1:
@@ -200,12 +360,27 @@ def question_text(question: str, options: Sequence[str]) -> str:
     return "\n".join(lines + [INSTRUCTION])
 
 
+def video_prompt(tokenizer, config: VLMConfig, timestamps: Sequence[float],
+                 frame_tokens: int) -> list[int]:
+    """Token ids of one video in the prompt: per temporal patch, its time as
+    ``"<1.5 seconds>"``, then ``<|vision_start|>``, ``frame_tokens`` ``<|video_pad|>`` and
+    ``<|vision_end|>`` (``Qwen3VLProcessor.replace_video_token``)."""
+    ids = []
+    for t in timestamps:
+        ids += tokenizer.encode(f"<{t:.1f} seconds>")
+        ids += [config.vision_start_token_id] + [config.video_token_id] * int(frame_tokens) + [
+            config.vision_end_token_id]
+    return ids
+
+
 def choice_prompt(tokenizer, config: VLMConfig, image_tokens: Sequence[int], question: str,
-                  options: Sequence[str], *, system: str | None = None) -> list[int]:
+                  options: Sequence[str], *, system: str | None = None,
+                  video: tuple[Sequence[float], int] | None = None) -> list[int]:
     """Token ids of ``question`` with ``options`` over images of ``image_tokens`` decoder
-    tokens each, in Qwen3-VL's chat template, ending where the assistant's answer (the
-    letter) begins. No system turn unless ``system`` is given (Qwen3-VL's template adds
-    none by default)."""
+    tokens each and, with ``video=(timestamps, frame_tokens)``, one video after them
+    (:func:`video_prompt`), in Qwen3-VL's chat template, ending where the assistant's answer
+    (the letter) begins. No system turn unless ``system`` is given (Qwen3-VL's template
+    adds none by default)."""
     ids = []
     if system is not None:
         ids += tokenizer.encode(f"<|im_start|>system\n{system}")
@@ -214,6 +389,8 @@ def choice_prompt(tokenizer, config: VLMConfig, image_tokens: Sequence[int], que
     for n in image_tokens:
         ids += [config.vision_start_token_id] + [config.image_token_id] * int(n) + [
             config.vision_end_token_id]
+    if video is not None:
+        ids += video_prompt(tokenizer, config, *video)
     ids += tokenizer.encode(question_text(question, options))
     ids += [_special(tokenizer, "<|im_end|>")] + tokenizer.encode("\n")
     ids += tokenizer.encode("<|im_start|>assistant\n")

@@ -8,6 +8,8 @@ by the test over .npy frames."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -22,7 +24,11 @@ from tests.hf.test_qwen3_vl import IMG, VID, hf_model  # noqa: E402
 PROC = dict(patch_size=4, temporal_patch_size=2, merge_size=2, min_pixels=64,
             max_pixels=24 * 24, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
 WORDS = ("user assistant A B C D . ? ' Which object is red blue green yellow circle square "
-         "Answer with the option s letter from given choices directly").split()
+         "Answer with the option s letter from given choices directly "
+         "< > seconds 0 1 2 3 4 5 6 7 8 9").split()
+VIDEO_PROC = dict(patch_size=4, temporal_patch_size=2, merge_size=2, fps=2.0,
+                  size={"shortest_edge": 64, "longest_edge": 4 * 24 * 24},
+                  image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
 
 
 def _tokenizer_json(path):
@@ -45,6 +51,8 @@ def ckpt(tmp_path_factory):
         transformers.Qwen2VLImageProcessor
     proc = proc_cls(**PROC)
     proc.save_pretrained(str(path))
+    # the video processor's settings as transformers writes them (its class needs torchvision)
+    (path / "video_preprocessor_config.json").write_text(json.dumps(VIDEO_PROC))
     return ref, proc, gp.QwenVLReader.from_pretrained(str(path)), str(path)
 
 
@@ -92,6 +100,84 @@ def test_grid_probes_run_through_the_reader(ckpt):
                                ["Which object is red?"] * 2,
                                [["circle", "square", "green", "yellow"]] * 2)
     np.testing.assert_allclose(out["posteriors"][:, 0], direct, atol=1e-6)   # row probe 0
+
+
+def _hf_posterior(ref, inputs, letters):
+    ids = inputs["input_ids"]
+    types = torch.tensor(np.where(ids == IMG, 1, np.where(ids == VID, 2, 0)))
+    kw = {k: torch.tensor(v) for k, v in inputs.items() if k != "input_ids"}
+    with torch.no_grad():
+        logits = ref(input_ids=torch.tensor(ids, dtype=torch.long), mm_token_type_ids=types,
+                     **kw).logits[0, -1].numpy()
+    want = np.exp(logits[letters] - logits[letters].max())
+    return want / want.sum()
+
+
+def test_video_mode_matches_transformers_on_the_same_prompt(ckpt):
+    """Frames as one Qwen3-VL video: pairs of frames per temporal patch, each pair's mean
+    time written before its tokens; the posterior equals transformers' on the same ids and
+    video patches (the patches themselves are checked against transformers' video processor
+    in tests/hf/test_qwen3_vl_inputs.py)."""
+    ref, _, _, path = ckpt
+    reader = gp.QwenVLReader.from_pretrained(path, video=True)
+    assert reader.video == qi.VideoProcessing(patch_size=4, min_pixels=64,
+                                              max_pixels=4 * 24 * 24, fps=2.0)
+    videos = _videos()
+    masks = np.array([[1, 0, 1, 1], [1, 1, 1, 1]], bool)
+    times = np.array([[0.5, 1.5, 2.5, 3.5], [0.0, 2.0, 4.0, 6.0]])
+    qs = ["Which object is red?", "Which object is blue?"]
+    opts = [["circle", "square", "green", "yellow"]] * 2
+    got = reader.posteriors(videos, masks, qs, opts, times=times)
+    letters = qi.letter_ids(reader.tokenizer, 4)
+    for b in range(2):
+        keep = np.flatnonzero(masks[b])
+        inputs = reader.inputs(list(videos[b][keep]), qs[b], opts[b], times=times[b][keep])
+        assert set(inputs) == {"input_ids", "pixel_values_videos", "video_grid_thw"}
+        np.testing.assert_allclose(got[b], _hf_posterior(ref, inputs, letters), atol=1e-4)
+    # frames at 0.5, 2.5 and 3.5 s (the last repeated): patches at 1.5 and 3.5 s; the clip of
+    # 3 frames of 20x20 fits 4 x 24 x 24 pixels at 16x16 (4 merged tokens per patch)
+    inputs = reader.inputs(list(videos[0][[0, 2, 3]]), qs[0], opts[0], times=[0.5, 2.5, 3.5])
+    assert inputs["video_grid_thw"].tolist() == [[2, 4, 4]]
+    ids = inputs["input_ids"][0].tolist()
+    want = qi.video_prompt(reader.tokenizer, reader.config, [1.5, 3.5], 4)
+    assert any(ids[i:i + len(want)] == want for i in range(len(ids)))
+    # the times reach the prompt: other times, other ids and another posterior
+    other = reader.posteriors(videos, masks, qs, opts, times=times + 5)
+    assert np.abs(other - got).max() > 1e-4
+    with pytest.raises(ValueError, match="times has shape"):
+        reader.inputs(list(videos[0][:3]), qs[0], opts[0], times=[0.5, 1.0])
+
+
+def test_grid_probes_carry_frame_times_to_a_video_reader(ckpt):
+    _, _, reader, path = ckpt
+    video = gp.QwenVLReader.from_pretrained(path, video=True)
+    videos = _videos(b=1, n=4)
+    q, o = ["Which object is red?"], [["circle", "square", "green", "yellow"]]
+    times = np.array([[1.0, 3.0, 5.0, 7.0]])
+    out = gp.probe(video, videos, q, o, 2, times=times)
+    for probe_row, slots in ((0, [0, 1]), (2, [0, 2])):      # row probe 0, column probe 0
+        direct = video.posteriors(videos[:, slots], np.ones((1, 2), bool), q, o,
+                                  times=times[:, slots])
+        np.testing.assert_allclose(out["posteriors"][:, probe_row], direct, atol=1e-6)
+    with pytest.raises(ValueError, match="only a QwenVLReader reads frame times"):
+        gp.probe(object(), videos, q, o, 2, times=times)
+
+
+def test_video_mode_flops(ckpt):
+    _, _, _, path = ckpt
+    video = gp.QwenVLReader.from_pretrained(path, video=True)
+    images = gp.QwenVLReader.from_pretrained(path)
+    # 3 frames of 20x20: one clip of 16x16 frames (3 x 16 x 16 within 4 x 24 x 24 pixels),
+    # the last frame repeated: 2 temporal patches of 4 merged tokens; the prompt holds the
+    # patches' times (frames at 0, 0.5, 1 s by default: patches at 0.25 and 1.0) and markers
+    assert qi.video_smart_resize(3, 20, 20, video.video) == (16, 16)
+    text = len(qi.choice_prompt(video.tokenizer, video.config, [], "question", ["option"] * 4,
+                                video=([0.25, 1.0], 0)))
+    want = vlm_config_flops(video.config, 1, 4, 16, 16, text)
+    assert want["visual_tokens"] == 8
+    assert video.forward_flops(3, 20, 4) == want["total"]
+    # a pair of frames shares one temporal patch: 4 frames cost the ViT half of 4 images
+    assert video.forward_flops(4, 20, 4) < images.forward_flops(4, 20, 4)
 
 
 def test_embeddings_and_flops(ckpt):
@@ -182,6 +268,23 @@ def test_the_experiments_real_path_end_to_end(ckpt, tmp_path):
                                            .forward_flops(m, 20, 4, width=28)) / 1e9)
     claims = [x["claim"] for x in results["claims"]]
     assert any("videomme duration class" in x for x in claims)
+    # the frames as one Qwen3-VL video, timestamped at the extraction rate
+    c.qwen_input, c.frames_fps = "video", 0.5
+    results = exp.run(c, str(tmp_path / "out_video"))
+    video = gp.QwenVLReader.from_pretrained(path, video=True)
+    rows = {(r["pair"], r["selector"]): r for r in results["table"]}
+    assert results["real"]["input"] == "video"
+    assert rows[("large/large", "monolithic")]["gflops"] == pytest.approx(
+        video.forward_flops(4, 20, 4, width=28) / 1e9)
+    assert "one video, timestamped at 0.5 extracted frames per second" in (
+        tmp_path / "out_video" / "report.md").read_text()
+    for field, value in (("qwen_input", "audio"), ("frames_fps", 0.0)):
+        bad = get_config("test")
+        bad.update({"k": 2, "model": path, "records": records, "frames_dir": frames,
+                    field: value})
+        with pytest.raises(ValueError, match=field):
+            exp.run(bad, str(tmp_path / "out_bad"))
+    c.qwen_input = "images"
     # too few extracted frames for the grid: a clear error naming the video
     c.k = 3
     with pytest.raises(ValueError, match="video '000' has 6 extracted frames"):

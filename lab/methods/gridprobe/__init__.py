@@ -37,12 +37,15 @@ __all__ = ["RULES", "SELECTORS", "check_grid_size", "confidences", "cosine_score
            "uniform_mask", "QwenVLReader", "ZooReader"]
 
 
-def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: int = 64) -> dict:
+def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: int = 64,
+          times=None) -> dict:
     """Runs the ``2K`` grid probes of every question: ``videos [B, K^2, H, W, 3]`` (the
     grid's frames in time order); ``selector`` a :class:`ZooReader` or
     :class:`QwenVLReader` (string questions and options) or a :mod:`.models` VLM (token
-    ids). Returns ``{"row", "col"}`` confidences ``[B, K]``,
-    ``"map"`` ``[B, K^2]`` and the probes' ``"posteriors"`` ``[B, 2K, n_options]``."""
+    ids); ``times [B, K^2]``, each frame's second in its video, goes with the frames to a
+    :class:`QwenVLReader` (its video mode writes them as timestamps). Returns ``{"row",
+    "col"}`` confidences ``[B, K]``, ``"map"`` ``[B, K^2]`` and the probes'
+    ``"posteriors"`` ``[B, 2K, n_options]``."""
     b, n = videos.shape[:2]
     if n != k * k:
         raise ValueError(f"videos has {n} frames per row; a K={k} grid needs K^2={k * k}")
@@ -53,7 +56,13 @@ def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: in
     opts = np.repeat(np.asarray(options), 2 * k, axis=0)
     run = (selector.posteriors if isinstance(selector, ZooReader | QwenVLReader)
            else functools.partial(posteriors, selector))
-    post = run(frames, masks, q, opts, chunk=chunk).reshape(b, 2 * k, -1)
+    kw = {}
+    if times is not None:
+        if not isinstance(selector, QwenVLReader):
+            raise ValueError(f"times is given for a {type(selector).__name__} selector; only "
+                             "a QwenVLReader reads frame times")
+        kw["times"] = np.asarray(times, float)[:, slots].reshape(b * 2 * k, k)
+    post = run(frames, masks, q, opts, chunk=chunk, **kw).reshape(b, 2 * k, -1)
     conf = np.asarray(confidences(post))
     row, col = conf[:, :k], conf[:, k:]
     return {"row": row, "col": col, "map": np.asarray(importance_map(row, col)),
