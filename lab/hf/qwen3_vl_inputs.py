@@ -62,19 +62,23 @@ class ImageProcessing:
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
 
+    POSITIVE_INTS = ("patch_size", "temporal_patch_size", "merge_size", "min_pixels",
+                     "max_pixels")
+    ORDERED = (("min_pixels", "max_pixels"),)       # (low, high) bounds
+
     def __post_init__(self):
-        for field in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels",
-                      "max_pixels"):
+        name = type(self).__name__
+        for field in self.POSITIVE_INTS:
             v = getattr(self, field)
             if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{type(self).__name__}.{field}={v!r}; expected a positive int")
-        if self.min_pixels > self.max_pixels:
-            raise ValueError(f"{type(self).__name__}.min_pixels={self.min_pixels} > max_pixels="
-                             f"{self.max_pixels}")
+                raise ValueError(f"{name}.{field}={v!r}; expected a positive int")
+        for lo, hi in self.ORDERED:
+            if getattr(self, lo) > getattr(self, hi):
+                raise ValueError(f"{name}.{lo}={getattr(self, lo)} > {hi}={getattr(self, hi)}")
         for field in ("image_mean", "image_std"):
             v = getattr(self, field)
             if len(v) != 3 or (field == "image_std" and min(v) <= 0):
-                raise ValueError(f"{type(self).__name__}.{field}={v!r}; expected three numbers"
+                raise ValueError(f"{name}.{field}={v!r}; expected three numbers"
                                  + (" > 0" if field == "image_std" else ""))
 
     @property
@@ -141,16 +145,12 @@ class VideoProcessing(ImageProcessing):
     CONFIG_FILE = "video_preprocessor_config.json"
     READ_FIELDS = ImageProcessing.READ_FIELDS + ("fps", "min_frames", "max_frames",
                                                  "cap_pixels_per_frame", "max_video_tokens")
+    POSITIVE_INTS = ImageProcessing.POSITIVE_INTS + ("min_frames", "max_frames",
+                                                     "max_video_tokens")
+    ORDERED = ImageProcessing.ORDERED + (("min_frames", "max_frames"),)
 
     def __post_init__(self):
         super().__post_init__()
-        for field in ("min_frames", "max_frames", "max_video_tokens"):
-            v = getattr(self, field)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"VideoProcessing.{field}={v!r}; expected a positive int")
-        if self.min_frames > self.max_frames:
-            raise ValueError(f"VideoProcessing.min_frames={self.min_frames} > max_frames="
-                             f"{self.max_frames}")
         if not isinstance(self.fps, (int, float)) or not self.fps > 0:
             raise ValueError(f"VideoProcessing.fps={self.fps!r}; expected a number > 0")
         if self.cap_pixels_per_frame is None:     # transformers' "unset": its current default
