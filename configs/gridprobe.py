@@ -29,6 +29,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.seed = 0
     c.k = 4                      # grid side: N = K^2 frames sampled from each video
     c.rule = "shape"             # shape | participation | mean | otsu
+    c.confidence = "peak"        # a probe's confidence: peak (the paper's) | kl (from no frames)
     c.scale = 3.0                # c of the Shape-Adaptive rule
     c.m_min = 1
     c.m_max = 0                  # 0 = K^2

@@ -12,6 +12,8 @@ question embedding), GridProbe's map with a fixed ``M``, and GridProbe with ``M_
 the QA model with no frames (the question alone), with the evidence frames, and with
 random frames, and a perfect-perception oracle on each selector's frames. Every row's
 compute is :func:`lab.methods.gridprobe.forward_flops` per question, probes included.
+A probe's confidence is its peak posterior (the paper's rule); ``--config.confidence=kl``
+scores it by the KL divergence from the selector's posterior on the question alone.
 
 With ``--config.model=<dir>`` (:func:`run_real`) the QA model (and the selector, unless
 ``--config.selector_model`` names another) is a Qwen3-VL checkpoint read by
@@ -56,6 +58,9 @@ REGIME_ABOVE_CHANCE = 0.15
 REGIME_ABOVE_RANDOM = 0.10
 REAL_READS = 0.05          # real path: all frames beat the question alone by this
 BENCHMARKS = ("videomme", "longvideobench")
+CONFIDENCE_TEXT = {"peak": "the peak posterior (the paper's rule)",
+                   "kl": "the KL divergence from the selector's posterior on the question "
+                         "alone"}
 QWEN_INPUTS = ("images", "video")   # real path: a question's frames as images or one video
 
 
@@ -63,6 +68,7 @@ def check_config(config):
     check(config, get_config, {
         "k": (lambda v: v >= 1, "an int >= 1"),
         "rule": (lambda v: v in gp.RULES, f"one of {gp.RULES}"),
+        "confidence": (lambda v: v in gp.CONFIDENCES, f"one of {gp.CONFIDENCES}"),
         "scale": (lambda v: v >= 0, "a float >= 0"),
         "m_min": (lambda v: v >= 1, "an int >= 1"),
         "m_max": (lambda v: v >= 0, "an int >= 0 (0 = K^2)"),
@@ -176,9 +182,13 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
     rng = np.random.default_rng(config.seed + 11)
     flops_of = {s: {m: vlms[s].forward_flops(m, size, nopt) for m in range(1, n + 1)}
                 for s in vlms}
-    probe_cost = {s: 2 * k * flops_of[s][k] for s in vlms}
+    # 2K probes of K frames; with KL confidences also the question alone, which the zoo
+    # reader runs over one blank frame
+    probe_cost = {s: 2 * k * flops_of[s][k] + (flops_of[s][1] if config.confidence == "kl"
+                                               else 0) for s in vlms}
     vision_cost = {s: vlms[s].vision_flops(n, size) for s in vlms}
-    probes = {s: gp.probe(vlms[s], videos, q, o, k, chunk=config.chunk) for s in vlms}
+    probes = {s: gp.probe(vlms[s], videos, q, o, k, chunk=config.chunk,
+                          confidence=config.confidence) for s in vlms}
     emb = {s: (vlms[s].frame_embeddings(videos, chunk=config.chunk),
                vlms[s].question_embeddings(q)) for s in vlms}
 
@@ -306,12 +316,14 @@ def run(config, workdir: str) -> dict:
                "m_eff_by_difficulty": by_diff, "context": ev["context"],
                "chance": 1.0 / len(ds[0]["options"]),
                "models": {s: config[s] for s in ("small", "large")},
+               "confidence": config.confidence,
                "fixed_m": {p_: e["m_fixed"] for p_, e in ev["extra"].items()}}
     results["claims"] = claims_of(results)
     results["regime"] = regime_of(results)
     results["seconds"] = time.time() - t0
     plots = [_plot(ev, ds, grid, config, workdir)]
-    report = ["## Accuracy vs compute\n",
+    report = [f"Probe confidence: {CONFIDENCE_TEXT[config.confidence]}.\n",
+              "## Accuracy vs compute\n",
               outputs.markdown_table(ev["rows"]), "\n",
               "## QA model with no / evidence / random frames\n",
               outputs.markdown_table([{"model": s, **{k_: v[0] for k_, v in c.items()}}
@@ -379,7 +391,8 @@ def run_real(config, workdir: str) -> dict:
     for i in range(b):
         v, t = _real_frames(ds[i], n, config.frames_fps)
         for s in sels:
-            maps[s][i] = gp.probe(vlms[s], v, [q[i]], [o[i]], k, times=t)["map"][0]
+            maps[s][i] = gp.probe(vlms[s], v, [q[i]], [o[i]], k, times=t,
+                                  confidence=config.confidence)["map"][0]
             femb[s].append(vlms[s].frame_embeddings(v)[0])
     selection = {f"{s}/{qa}": selector_masks(config, maps[s], np.stack(femb[s]),
                                              vlms[s].question_embeddings(q))
@@ -401,9 +414,12 @@ def run_real(config, workdir: str) -> dict:
                                                       times=t)[0].argmax()
             nopt = len(o[i])
             sel_flops = {"monolithic": 0, "uniform": 0}.get(name)
-            if sel_flops is None:
-                sel_flops = (vlms[sel].vision_flops(n, h, width=w) if name == "similarity"
-                             else 2 * k * vlms[sel].forward_flops(k, h, nopt, width=w))
+            if sel_flops is None and name == "similarity":
+                sel_flops = vlms[sel].vision_flops(n, h, width=w)
+            elif sel_flops is None:
+                sel_flops = 2 * k * vlms[sel].forward_flops(k, h, nopt, width=w)
+                if config.confidence == "kl":
+                    sel_flops += vlms[sel].forward_flops(0, h, nopt, width=w)
             flops[(p, name)][i] = sel_flops + vlms[qa].forward_flops(int(mask.sum()), h, nopt,
                                                                      width=w)
     rows = []
@@ -422,7 +438,7 @@ def run_real(config, workdir: str) -> dict:
     results = {"table": rows, "paired": paired, "spearman": spearman,
                "difficulty": f"the {config.benchmark} duration class",
                "real": {"benchmark": config.benchmark, "n": b, "reads": reads,
-                        "input": config.qwen_input,
+                        "input": config.qwen_input, "confidence": config.confidence,
                         "models": {"small": config.selector_model or config.model,
                                    "large": config.model}},
                "m_eff_by_difficulty": {int(d): float(m_eff[diff == d].mean())
@@ -435,7 +451,7 @@ def run_real(config, workdir: str) -> dict:
     given = ("images, one per frame" if config.qwen_input == "images" else
              f"one video, timestamped at {config.frames_fps:g} extracted frames per second")
     report = [f"{config.benchmark}, {b} questions; each question's frames given to Qwen3-VL as "
-              f"{given}.\n",
+              f"{given}. Probe confidence: {CONFIDENCE_TEXT[config.confidence]}.\n",
               "## Accuracy vs compute\n", outputs.markdown_table(rows), "\n",
               "## The QA model with all frames / the question alone\n",
               outputs.markdown_table([{"model": s, **r} for s, r in reads.items()]), "\n",

@@ -111,6 +111,10 @@ def test_bad_config():
     with pytest.raises(ValueError, match="config.rule='median'"):
         exp.check_config(c)
     c = get_config("test")
+    c.confidence = "entropy"
+    with pytest.raises(ValueError, match="config.confidence='entropy'"):
+        exp.check_config(c)
+    c = get_config("test")
     c.large = "vlm-xl"
     with pytest.raises(ValueError, match="config.large='vlm-xl'.*a zoo VLM name"):
         exp.check_config(c)
@@ -133,3 +137,23 @@ def test_gridprobe_runs_end_to_end(tmp_path, monkeypatch):
     assert by[("large/large", "monolithic")]["frames"] == 16
     # GridProbe's compute includes its 2K probes: above the QA pass alone at its frames
     assert by[("small/large", "gridprobe")]["gflops"] > by[("small/large", "uniform")]["gflops"]
+    assert results["confidence"] == "peak"
+    # KL confidences: the probes' cost adds the selector's pass over the question alone
+    # (one blank frame in the zoo reader); the monolithic pass costs the same
+    config.confidence = "kl"
+    kl = exp.run(config, str(tmp_path / "out_kl"))
+    assert kl["confidence"] == "kl" and len(kl["claims"]) == 6
+    assert "Probe confidence: the KL divergence" in (tmp_path / "out_kl" / "report.md").read_text()
+    by_kl = {(r["pair"], r["selector"]): r for r in exp.main_table(kl)}
+    key = ("large/large", "monolithic")
+    assert by_kl[key]["gflops"] == pytest.approx(by[key]["gflops"])
+    reader = exp.models(config)["small"]
+
+    def flops(m):                                      # one question, m frames, 4 options
+        return reader.forward_flops(m, config.data.size, 4)
+
+    k = config.k
+    for res, by_, extra in ((results, by, 0), (kl, by_kl, flops(1))):
+        m = res["fixed_m"]["small/small"]              # the QA pass, the probes, the prior
+        assert by_[("small/small", "gridprobe_fixed")]["gflops"] == pytest.approx(
+            (flops(m) + 2 * k * flops(k) + extra) / 1e9)

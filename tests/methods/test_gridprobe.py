@@ -154,6 +154,50 @@ def test_probes_on_a_tiny_vlm():
         gp.probe(model, videos, q, o, 3)
 
 
+def test_kl_confidence_measures_what_the_frames_add_to_the_question():
+    """KL(posterior || no-frame posterior): 0 where the frames leave the question alone's
+    answer as it was, however peaked; log 4 for a certain answer over a uniform prior; the
+    peak posterior cannot tell the two apart."""
+    prior = np.array([0.85, 0.05, 0.05, 0.05], np.float32)
+    post = np.stack([prior,                                           # frames add nothing
+                     [0.05, 0.85, 0.05, 0.05],                        # they move the answer
+                     [1.0, 0.0, 0.0, 0.0]]).astype(np.float32)
+    kl = np.asarray(gp.confidences(post, prior))
+    assert kl[0] == pytest.approx(0.0, abs=1e-6)
+    want = 0.85 * np.log(0.85 / 0.05) + 0.05 * np.log(0.05 / 0.85)
+    assert kl[1] == pytest.approx(want, rel=1e-5)
+    assert kl[2] == pytest.approx(-np.log(0.85), rel=1e-5)             # 0 log 0 = 0
+    peak = np.asarray(gp.confidences(post))
+    assert peak[0] == peak[1] == pytest.approx(0.85)                  # the same to the peak
+    uniform = np.full(4, 0.25, np.float32)
+    assert float(gp.confidences(np.eye(4, dtype=np.float32)[0], uniform)) == \
+        pytest.approx(np.log(4), rel=1e-6)
+    # batched: one prior per question, broadcast over its probes
+    batch = np.asarray(gp.confidences(np.stack([post, post]), np.stack([prior, uniform])[:, None]))
+    assert batch.shape == (2, 3) and batch[0, 0] == pytest.approx(0.0, abs=1e-6)
+    assert batch[1, 0] > 0.1
+
+
+def test_probes_with_kl_confidence_on_a_tiny_vlm():
+    cfg = gm.vlm_config(16, 1)
+    model = gm.VLM(cfg, rngs=nnx.Rngs(0))
+    from lab.data import render_videos
+    ds = video_qa(2, seed=1, frames=16, size=32, question_types=["lookup"])
+    videos = render_videos(ds)
+    q = [gm.words(x) for x in ds["question"]]
+    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
+    out = gp.probe(model, videos, q, o, 4, chunk=8, confidence="kl")
+    prior = gm.posteriors(model, videos, np.zeros((2, 16), bool), q, o, chunk=8)
+    np.testing.assert_allclose(out["prior"], prior, atol=1e-6)
+    want = np.asarray(gp.confidences(out["posteriors"], prior[:, None]))
+    np.testing.assert_allclose(np.concatenate([out["row"], out["col"]], 1), want, atol=1e-6)
+    assert np.all(out["row"] >= 0)
+    peak = gp.probe(model, videos, q, o, 4, chunk=8)
+    np.testing.assert_allclose(peak["posteriors"], out["posteriors"], atol=1e-6)
+    with pytest.raises(ValueError, match="confidence='entropy'"):
+        gp.probe(model, videos, q, o, 4, confidence="entropy")
+
+
 def test_lookup_position_shortcuts_near_chance():
     """Position heuristics (first / last / middle frames) with perfect perception leave a
     lookup question near chance: the evidence is 1-3 of 16 frames anywhere."""

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from lab.hf import qwen3_vl_inputs as qi  # noqa: E402
 from lab.methods import gridprobe as gp  # noqa: E402
-from lab.nn.flops import vlm_config_flops  # noqa: E402
+from lab.nn.flops import transformer_flops, vlm_config_flops  # noqa: E402
 from tests.hf.test_qwen3_vl import IMG, VID, hf_model  # noqa: E402
 
 PROC = dict(patch_size=4, temporal_patch_size=2, merge_size=2, min_pixels=64,
@@ -196,6 +196,9 @@ def test_embeddings_and_flops(ckpt):
         assert want["visual_tokens"] == 4 * frames
         assert reader.forward_flops(frames, 20, 4) == want["total"]
     assert reader.forward_flops(3, 20, 4) > reader.forward_flops(1, 20, 4)
+    # the question alone (KL confidences' prior pass): the decoder over the chat prompt
+    assert reader.forward_flops(0, 20, 4) == transformer_flops(reader.config.text, 1,
+                                                               text)["total"]
     # the similarity selector's cost: the ViT alone over every frame
     assert reader.vision_flops(3, 20) == vlm_config_flops(reader.config, 1, 6, 16, 16,
                                                           0)["vision"] > 0
@@ -268,14 +271,19 @@ def test_the_experiments_real_path_end_to_end(ckpt, tmp_path):
                                            .forward_flops(m, 20, 4, width=28)) / 1e9)
     claims = [x["claim"] for x in results["claims"]]
     assert any("videomme duration class" in x for x in claims)
-    # the frames as one Qwen3-VL video, timestamped at the extraction rate
-    c.qwen_input, c.frames_fps = "video", 0.5
+    # the frames as one Qwen3-VL video, timestamped at the extraction rate; KL confidences,
+    # whose probes cost the question alone once more
+    c.qwen_input, c.frames_fps, c.confidence = "video", 0.5, "kl"
     results = exp.run(c, str(tmp_path / "out_video"))
     video = gp.QwenVLReader.from_pretrained(path, video=True)
     rows = {(r["pair"], r["selector"]): r for r in results["table"]}
-    assert results["real"]["input"] == "video"
+    assert results["real"]["input"] == "video" and results["real"]["confidence"] == "kl"
     assert rows[("large/large", "monolithic")]["gflops"] == pytest.approx(
         video.forward_flops(4, 20, 4, width=28) / 1e9)
+    m = results["fixed_m"]["large/large"]
+    assert rows[("large/large", "gridprobe_fixed")]["gflops"] == pytest.approx(
+        (video.forward_flops(m, 20, 4, width=28) + 4 * video.forward_flops(2, 20, 4, width=28)
+         + video.forward_flops(0, 20, 4, width=28)) / 1e9)
     assert "one video, timestamped at 0.5 extracted frames per second" in (
         tmp_path / "out_video" / "report.md").read_text()
     for field, value in (("qwen_input", "audio"), ("frames_fps", 0.0)):
@@ -284,7 +292,7 @@ def test_the_experiments_real_path_end_to_end(ckpt, tmp_path):
                     field: value})
         with pytest.raises(ValueError, match=field):
             exp.run(bad, str(tmp_path / "out_bad"))
-    c.qwen_input = "images"
+    c.qwen_input, c.confidence = "images", "peak"
     # too few extracted frames for the grid: a clear error naming the video
     c.k = 3
     with pytest.raises(ValueError, match="video '000' has 6 extracted frames"):

@@ -15,6 +15,7 @@ from lab.methods.gridprobe import models
 from lab.methods.gridprobe.models import forward_flops, posteriors
 from lab.methods.gridprobe.qwen_reader import QwenVLReader
 from lab.methods.gridprobe.selection import (
+    CONFIDENCES,
     RULES,
     check_grid_size,
     confidences,
@@ -31,24 +32,29 @@ from lab.methods.gridprobe.zoo_reader import ZooReader
 
 SELECTORS = ("monolithic", "uniform", "similarity", "gridprobe_fixed", "gridprobe")
 
-__all__ = ["RULES", "SELECTORS", "check_grid_size", "confidences", "cosine_scores",
+__all__ = ["CONFIDENCES", "RULES", "SELECTORS", "check_grid_size", "confidences", "cosine_scores",
            "forward_flops", "grid_frames", "importance_map", "models", "posteriors",
            "probe", "probe_slots", "select", "select_m", "shape_adaptive_m", "top_m_mask",
            "uniform_mask", "QwenVLReader", "ZooReader"]
 
 
 def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: int = 64,
-          times=None) -> dict:
+          times=None, confidence: str = "peak") -> dict:
     """Runs the ``2K`` grid probes of every question: ``videos [B, K^2, H, W, 3]`` (the
     grid's frames in time order); ``selector`` a :class:`ZooReader` or
     :class:`QwenVLReader` (string questions and options) or a :mod:`.models` VLM (token
     ids); ``times [B, K^2]``, each frame's second in its video, goes with the frames to a
-    :class:`QwenVLReader` (its video mode writes them as timestamps). Returns ``{"row",
-    "col"}`` confidences ``[B, K]``, ``"map"`` ``[B, K^2]`` and the probes'
-    ``"posteriors"`` ``[B, 2K, n_options]``."""
+    :class:`QwenVLReader` (its video mode writes them as timestamps). ``confidence``
+    (:data:`CONFIDENCES`): ``"peak"``, the peak posterior, or ``"kl"``, the KL divergence
+    from the selector's posterior on the question alone (one more forward per question).
+    Returns ``{"row", "col"}`` confidences ``[B, K]``, ``"map"`` ``[B, K^2]``, the probes'
+    ``"posteriors"`` ``[B, 2K, n_options]`` and, for ``"kl"``, the ``"prior"`` ``[B,
+    n_options]``."""
     b, n = videos.shape[:2]
     if n != k * k:
         raise ValueError(f"videos has {n} frames per row; a K={k} grid needs K^2={k * k}")
+    if confidence not in CONFIDENCES:
+        raise ValueError(f"confidence={confidence!r}; expected one of {CONFIDENCES}")
     slots = probe_slots(k)                                          # [2K, K]
     frames = videos[:, slots].reshape(b * 2 * k, k, *videos.shape[2:])
     masks = np.ones((b * 2 * k, k), bool)
@@ -63,10 +69,15 @@ def probe(selector, videos: np.ndarray, questions, options, k: int, *, chunk: in
                              "a QwenVLReader reads frame times")
         kw["times"] = np.asarray(times, float)[:, slots].reshape(b * 2 * k, k)
     post = run(frames, masks, q, opts, chunk=chunk, **kw).reshape(b, 2 * k, -1)
-    conf = np.asarray(confidences(post))
+    out = {"posteriors": post}
+    if confidence == "kl":
+        out["prior"] = run(videos, np.zeros((b, n), bool), list(questions),
+                           np.asarray(options), chunk=chunk)
+        conf = np.asarray(confidences(post, out["prior"][:, None]))
+    else:
+        conf = np.asarray(confidences(post))
     row, col = conf[:, :k], conf[:, k:]
-    return {"row": row, "col": col, "map": np.asarray(importance_map(row, col)),
-            "posteriors": post}
+    return {"row": row, "col": col, "map": np.asarray(importance_map(row, col)), **out}
 
 
 def select(kind: str, *, n: int, m=None, importance=None, rule: str = "shape",

@@ -24,7 +24,7 @@ import numpy as np
 
 from lab.hf import qwen3_vl_inputs as qi
 from lab.nn import VLM
-from lab.nn.flops import vlm_config_flops
+from lab.nn.flops import transformer_flops, vlm_config_flops
 
 
 @dataclasses.dataclass
@@ -140,14 +140,17 @@ class QwenVLReader:
 
     def forward_flops(self, frames: int, size: int, n_options: int, *,
                       width: int | None = None) -> int:
-        """FLOPs of one question from ``frames`` frames of ``size x size`` pixels (``size x
-        width`` with ``width``; as the processor resizes them): the ViT over each frame's
-        temporal patch, the decoder over their tokens, two vision markers per frame and the
-        chat prompt of a question with ``n_options`` one-word options
+        """FLOPs of one question from ``frames`` frames (0: the question alone) of ``size x
+        size`` pixels (``size x width`` with ``width``; as the processor resizes them): the
+        ViT over each frame's temporal patch, the decoder over their tokens, two vision
+        markers per frame and the chat prompt of a question with ``n_options`` one-word options
         (:func:`lab.nn.flops.vlm_config_flops`). In video mode the ViT runs over the frames'
         temporal patches (pairs of frames, at the video processor's size) and the prompt
         holds each patch's timestamp, timed as :meth:`inputs` times them by default."""
         options = ["option"] * n_options
+        if frames == 0:                                              # the question alone
+            text = len(qi.choice_prompt(self.tokenizer, self.config, [], "question", options))
+            return int(transformer_flops(self.config.text, 1, text)["total"])
         if self.video is not None:
             v = self.video
             h, w = qi.video_smart_resize(frames, size, width or size, v)

@@ -16,6 +16,10 @@ and a map with zero spread keeps all ``K^2`` frames. Alternatives offered as a c
 choice (``rule=``): the participation ratio ``(sum v)^2 / sum v^2`` capped at the frames
 that hold 90% of the map's mass, the count above the mean, and the count above Otsu's
 threshold (Otsu 1979, "A threshold selection method from gray-level histograms").
+A probe's confidence can also be measured against the question alone (``confidence=
+"kl"``): the KL divergence of its posterior from the selector's no-frame posterior, which
+is zero for frames that do not move the answer, however peaked the question alone makes
+it. The paper's rule, the peak posterior, is the default.
 
 Everything here is a pure function of arrays, jitted and batched over questions (leading
 axis ``B``).
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 RULES = ("shape", "participation", "mean", "otsu")
+CONFIDENCES = ("peak", "kl")   # a probe's confidence: peak posterior, or KL from no frames
 ZERO_SPREAD = 1e-5    # a map whose std is below this times its largest |value| has no shape
 
 
@@ -62,9 +67,17 @@ def probe_slots(k: int) -> np.ndarray:
 
 
 @jax.jit
-def confidences(posteriors: jax.Array) -> jax.Array:
-    """Peak posterior over the options: ``[..., n_options] -> [...]``."""
-    return jnp.max(posteriors, axis=-1)
+def confidences(posteriors: jax.Array, prior: jax.Array | None = None) -> jax.Array:
+    """A probe's confidence, ``[..., n_options] -> [...]``: the peak posterior over the
+    options, or with ``prior`` (the no-frame posterior, broadcast against ``posteriors``)
+    ``KL(posterior || prior)`` in nats, ``0 log 0 = 0``."""
+    if prior is None:
+        return jnp.max(posteriors, axis=-1)
+    p = jnp.asarray(posteriors, jnp.float32)
+    q = jnp.maximum(jnp.asarray(prior, jnp.float32), jnp.finfo(jnp.float32).tiny)
+    terms = jnp.where(p > 0, p * (jnp.log(jnp.maximum(p, jnp.finfo(jnp.float32).tiny))
+                                  - jnp.log(q)), 0.0)
+    return jnp.maximum(jnp.sum(terms, axis=-1), 0.0)
 
 
 @jax.jit
