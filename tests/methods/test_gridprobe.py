@@ -124,16 +124,21 @@ def test_selector_flops_against_hand_count():
     assert probes + hand(2) > hand(16) * 0.5
 
 
+def _tiny_vlm_on_lookup(n: int, seed: int):
+    """A random tiny VLM (its config too) and ``n`` lookup questions: videos, question ids
+    and one option token each."""
+    from lab.data import render_videos
+    cfg = gm.vlm_config(16, 1)
+    ds = video_qa(n, seed=seed, frames=16, size=32, question_types=["lookup"])
+    q = [gm.words(x) for x in ds["question"]]
+    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
+    return cfg, gm.VLM(cfg, rngs=nnx.Rngs(0)), render_videos(ds), q, o
+
+
 def test_probes_on_a_tiny_vlm():
     """A random tiny VLM: probes give K row and K column confidences in [1/4, 1]; the map
     is their outer product; a posterior equals choice_posterior on the same prompt."""
-    cfg = gm.vlm_config(16, 1)
-    model = gm.VLM(cfg, rngs=nnx.Rngs(0))
-    from lab.data import render_videos
-    ds = video_qa(3, seed=0, frames=16, size=32, question_types=["lookup"])
-    videos = render_videos(ds)
-    q = [gm.words(x) for x in ds["question"]]
-    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
+    cfg, model, videos, q, o = _tiny_vlm_on_lookup(3, 0)
     out = gp.probe(model, videos, q, o, 4, chunk=8)
     assert out["row"].shape == (3, 4) and out["map"].shape == (3, 16)
     assert np.all(out["row"] >= 0.25 - 1e-6) and np.all(out["row"] <= 1)
@@ -179,13 +184,7 @@ def test_kl_confidence_measures_what_the_frames_add_to_the_question():
 
 
 def test_probes_with_kl_confidence_on_a_tiny_vlm():
-    cfg = gm.vlm_config(16, 1)
-    model = gm.VLM(cfg, rngs=nnx.Rngs(0))
-    from lab.data import render_videos
-    ds = video_qa(2, seed=1, frames=16, size=32, question_types=["lookup"])
-    videos = render_videos(ds)
-    q = [gm.words(x) for x in ds["question"]]
-    o = np.array([[gm.words(x)[0] for x in opts] for opts in ds["options"]])
+    _, model, videos, q, o = _tiny_vlm_on_lookup(2, 1)
     out = gp.probe(model, videos, q, o, 4, chunk=8, confidence="kl")
     prior = gm.posteriors(model, videos, np.zeros((2, 16), bool), q, o, chunk=8)
     np.testing.assert_allclose(out["prior"], prior, atol=1e-6)
