@@ -182,10 +182,10 @@ def evaluate(config, vlms: dict, ds, videos) -> dict:
     rng = np.random.default_rng(config.seed + 11)
     flops_of = {s: {m: vlms[s].forward_flops(m, size, nopt) for m in range(1, n + 1)}
                 for s in vlms}
-    # 2K probes of K frames; with KL confidences also the question alone, which the zoo
-    # reader runs over one blank frame
-    probe_cost = {s: 2 * k * flops_of[s][k] + (flops_of[s][1] if config.confidence == "kl"
-                                               else 0) for s in vlms}
+    # 2K probes of K frames; with KL confidences also the question alone
+    probe_cost = {s: 2 * k * flops_of[s][k] + (vlms[s].forward_flops(0, size, nopt)
+                                               if config.confidence == "kl" else 0)
+                  for s in vlms}
     vision_cost = {s: vlms[s].vision_flops(n, size) for s in vlms}
     probes = {s: gp.probe(vlms[s], videos, q, o, k, chunk=config.chunk,
                           confidence=config.confidence) for s in vlms}

@@ -157,6 +157,27 @@ class VideoProcessing(ImageProcessing):
             object.__setattr__(self, "cap_pixels_per_frame", False)
 
 
+def _fit(height: int, width: int, factor: int, min_pixels: int, max_pixels: int, what: str,
+         frames: int = 1, patched_frames: int = 1) -> tuple[int, int]:
+    """Qwen2-VL's sizing rule, shared by images and clips: each side rounded to a multiple
+    of ``factor``, then both scaled (aspect kept) so that ``patched_frames x h x w`` lies in
+    ``[min_pixels, max_pixels]`` (the scale computed over ``frames``, as the processors do).
+    ``what`` names the input in the aspect-ratio error."""
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"{what} of {height}x{width} pixels: aspect ratio over 200")
+    h = round(height / factor) * factor
+    w = round(width / factor) * factor
+    if patched_frames * h * w > max_pixels:
+        beta = math.sqrt(frames * height * width / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif patched_frames * h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
 def smart_resize(height: int, width: int, factor: int, min_pixels: int,
                  max_pixels: int) -> tuple[int, int]:
     """The processed size of a ``height x width`` image: each side rounded to a multiple of
@@ -164,19 +185,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int,
     ``smart_resize``). Raises ValueError for an aspect ratio over 200."""
     if min(height, width) < 1:
         raise ValueError(f"image of {height}x{width} pixels; expected both sides >= 1")
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError(f"image of {height}x{width} pixels: aspect ratio over 200")
-    h = round(height / factor) * factor
-    w = round(width / factor) * factor
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return h, w
+    return _fit(height, width, factor, min_pixels, max_pixels, "image")
 
 
 def _resized(image: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -261,19 +270,8 @@ def video_smart_resize(num_frames: int, height: int, width: int,
     if height < f or width < f:
         scale = max(f / height, f / width)
         height, width = int(height * scale), int(width * scale)
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError(f"frames of {height}x{width} pixels: aspect ratio over 200")
-    h, w = round(height / f) * f, round(width / f) * f
-    t_bar = round(t / tp) * tp
-    if t_bar * h * w > max_pixels:
-        beta = math.sqrt(t * height * width / max_pixels)
-        h = max(f, math.floor(height / beta / f) * f)
-        w = max(f, math.floor(width / beta / f) * f)
-    elif t_bar * h * w < proc.min_pixels:
-        beta = math.sqrt(proc.min_pixels / (t * height * width))
-        h = math.ceil(height * beta / f) * f
-        w = math.ceil(width * beta / f) * f
-    return h, w
+    return _fit(height, width, f, proc.min_pixels, max_pixels, "frames", frames=t,
+                patched_frames=round(t / tp) * tp)
 
 
 def video_inputs(frames, proc: VideoProcessing = VideoProcessing()

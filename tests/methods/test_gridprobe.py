@@ -242,6 +242,8 @@ def test_zoo_reader_matches_the_zoo_and_counts_its_prompt():
         assert reader.forward_flops(m, 32, 4) == (vit_flops(dims, m)["total"] + transformer_flops(
             cfg.text, 1, text)["total"])
         assert reader.vision_flops(m, 32) == vit_flops(dims, m)["total"]   # the ViT alone
+    # the question alone runs one blank frame (the `none` posteriors above), and costs it
+    assert reader.forward_flops(0, 32, 4) == reader.forward_flops(1, 32, 4)
     emb = reader.frame_embeddings(videos[:1], chunk=16)
     assert emb.shape == (1, 16, cfg.text.d_model)
     assert reader.question_embeddings(q).shape == (2, cfg.text.d_model)

@@ -60,6 +60,17 @@ def _videos(b=2, n=4, size=20, seed=0):
     return (np.random.default_rng(seed).random((b, n, size, size, 3)) * 255).astype(np.uint8)
 
 
+def _hf_posterior(ref, inputs, letters):
+    ids = inputs["input_ids"]
+    types = torch.tensor(np.where(ids == IMG, 1, np.where(ids == VID, 2, 0)))
+    kw = {k: torch.tensor(v) for k, v in inputs.items() if k != "input_ids"}
+    with torch.no_grad():
+        logits = ref(input_ids=torch.tensor(ids, dtype=torch.long), mm_token_type_ids=types,
+                     **kw).logits[0, -1].numpy()
+    want = np.exp(logits[letters] - logits[letters].max())
+    return want / want.sum()
+
+
 def test_posteriors_match_transformers_on_the_same_prompt(ckpt):
     ref, proc, reader, _ = ckpt
     videos = _videos()
@@ -70,19 +81,11 @@ def test_posteriors_match_transformers_on_the_same_prompt(ckpt):
     letters = qi.letter_ids(reader.tokenizer, 4)
     for b in range(2):
         frames = list(videos[b][masks[b]])
-        ids = reader.inputs(frames, qs[b], opts[b])["input_ids"]
-        kw = {}
-        if frames:
+        inputs = {"input_ids": reader.inputs(frames, qs[b], opts[b])["input_ids"]}
+        if frames:                                  # Hugging Face's processor's pixels
             px = proc(images=frames, return_tensors="np")
-            kw = {"pixel_values": torch.tensor(px["pixel_values"]),
-                  "image_grid_thw": torch.tensor(px["image_grid_thw"])}
-        types = torch.tensor(np.where(ids == IMG, 1, np.where(ids == VID, 2, 0)))
-        with torch.no_grad():
-            logits = ref(input_ids=torch.tensor(ids, dtype=torch.long), mm_token_type_ids=types,
-                         **kw).logits[0, -1].numpy()
-        want = np.exp(logits[letters] - logits[letters].max())
-        want /= want.sum()
-        np.testing.assert_allclose(got[b], want, atol=1e-4)
+            inputs.update(pixel_values=px["pixel_values"], image_grid_thw=px["image_grid_thw"])
+        np.testing.assert_allclose(got[b], _hf_posterior(ref, inputs, letters), atol=1e-4)
         assert abs(got[b].sum() - 1) < 1e-5
     # 20x20 frames are resized to 16x16 (20 / 8 = 2.5 rounds half to even, as in
     # transformers): 4x4 patches of 4 pixels, 4 merged tokens per frame
@@ -100,17 +103,6 @@ def test_grid_probes_run_through_the_reader(ckpt):
                                ["Which object is red?"] * 2,
                                [["circle", "square", "green", "yellow"]] * 2)
     np.testing.assert_allclose(out["posteriors"][:, 0], direct, atol=1e-6)   # row probe 0
-
-
-def _hf_posterior(ref, inputs, letters):
-    ids = inputs["input_ids"]
-    types = torch.tensor(np.where(ids == IMG, 1, np.where(ids == VID, 2, 0)))
-    kw = {k: torch.tensor(v) for k, v in inputs.items() if k != "input_ids"}
-    with torch.no_grad():
-        logits = ref(input_ids=torch.tensor(ids, dtype=torch.long), mm_token_type_ids=types,
-                     **kw).logits[0, -1].numpy()
-    want = np.exp(logits[letters] - logits[letters].max())
-    return want / want.sum()
 
 
 def test_video_mode_matches_transformers_on_the_same_prompt(ckpt):

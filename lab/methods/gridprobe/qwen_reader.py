@@ -65,6 +65,11 @@ class QwenVLReader:
     def config(self):
         return self.model.config
 
+    def _default_times(self, n: int) -> np.ndarray:
+        """Seconds of ``n`` frames given without times: sampled at the video processor's
+        ``fps``."""
+        return np.arange(n) / self.video.fps
+
     def inputs(self, frames, question: str, options, *, times=None) -> dict:
         """The model's inputs for one question over ``frames`` (uint8 ``[H, W, 3]`` each, in
         time order; none for the question alone): ``input_ids [1, T]`` and, with frames,
@@ -75,7 +80,8 @@ class QwenVLReader:
         vision, tokens, video = {}, [], None
         if frames and self.video is not None:
             v = self.video
-            times = np.arange(len(frames)) / v.fps if times is None else np.asarray(times, float)
+            times = self._default_times(len(frames)) if times is None else np.asarray(times,
+                                                                                     float)
             if times.shape != (len(frames),):
                 raise ValueError(f"times has shape {times.shape}; expected ({len(frames)},), "
                                  "one second per frame")
@@ -154,7 +160,8 @@ class QwenVLReader:
         if self.video is not None:
             v = self.video
             h, w = qi.video_smart_resize(frames, size, width or size, v)
-            stamps = qi.frame_timestamps(np.arange(frames) / v.fps, 1.0, v.temporal_patch_size)
+            stamps = qi.frame_timestamps(self._default_times(frames), 1.0,
+                                         v.temporal_patch_size)
             text = len(qi.choice_prompt(self.tokenizer, self.config, [], "question", options,
                                         video=(stamps, 0)))
             padded = len(stamps) * v.temporal_patch_size

@@ -77,7 +77,9 @@ class ZooReader:
         """FLOPs of one question answered from ``frames`` frames: the ViT over the frames,
         the decoder over their tokens, ``2 * frames`` vision markers, ``<bos>``, the
         question's ``question_len`` slots, ``<answer>`` and the options' words
-        (:func:`lab.nn.flops.vlm_config_flops`)."""
+        (:func:`lab.nn.flops.vlm_config_flops`). The question alone (``frames=0``) runs
+        one blank frame, as :meth:`posteriors` does."""
+        frames = max(frames, 1)
         text = 2 + self.question_len + 2 * frames + n_options * self.option_len
         return int(vlm_config_flops(self.config, 1, frames, size, size, text)["total"])
 
