@@ -311,6 +311,54 @@ def _runs(flags: np.ndarray, min_len: int = 1) -> list[tuple[int, int]]:
     return runs
 
 
+def _scene_objects(frames: np.ndarray, lay: Layout) -> tuple[dict, dict, int]:
+    """``(boxes, kinds, crosswalk column)`` read from the frames: :func:`blobs`, each
+    colour's kind (blobs 3 rows tall are cars, 2 rows tall pedestrians) and the zebra's
+    first column (-100 when none is seen)."""
+    boxes = blobs(frames)
+    kinds = {c: "car" if np.nanmax(b[:, 1] - b[:, 0]) >= lay.car[0] else "pedestrian"
+             for c, b in boxes.items()}
+    zebra = np.all(frames[0, lay.road[0]] == BACKGROUND["crosswalk"], axis=-1)
+    zebra_cols = np.nonzero(zebra)[0]
+    return boxes, kinds, int(zebra_cols.min()) if len(zebra_cols) else -100
+
+
+# What each actor is doing in a frame (actor_states).
+STATES = ("car", "stopped", "wrong_way", "pedestrian", "jaywalker")
+
+
+def actor_states(frames: np.ndarray, layout: Layout = LAYOUT) -> dict[str, tuple]:
+    """``{colour: (boxes [T, 4], state [T])}``: each actor's box per frame (as
+    :func:`blobs`) and what it is doing there, an index into :data:`STATES` (-1 where it is
+    absent), by :func:`track_events`' rules frame by frame: a car moving against its
+    lane's direction is ``wrong_way``, a fully visible car that does not move between
+    this frame and a neighbour is ``stopped``, a pedestrian on the road off the zebra is a
+    ``jaywalker``."""
+    lay, T = layout, len(frames)
+    boxes, kinds, cw = _scene_objects(frames, lay)
+    out = {}
+    for c, b in boxes.items():
+        seen = np.isfinite(b[:, 0])
+        if kinds[c] == "pedestrian":
+            on_road = (b[:, 1] > lay.road[0]) & (b[:, 0] < lay.road[1])
+            off_zebra = (b[:, 3] <= cw) | (b[:, 2] >= cw + lay.crosswalk_width)
+            state = np.where(on_road & off_zebra, 4, 3)
+        else:
+            lane = np.where(b[:, 0] == lay.lane_rows[0], 0,
+                            np.where(b[:, 0] == lay.lane_rows[1], 1, -1))
+            whole = (b[:, 3] - b[:, 2]) == lay.car[1]
+            dx = np.sign(np.nan_to_num(np.diff(b[:, 2])))
+            d = np.zeros(T)       # the motion into or out of each frame
+            d[1:], d[:-1] = dx, np.where(dx != 0, dx, d[:-1])
+            against = (lane >= 0) & (d == -np.asarray(LANE_DIR)[np.maximum(lane, 0)])
+            still = np.zeros(T, bool)
+            still[1:] = whole[1:] & whole[:-1] & (dx == 0)
+            still[:-1] |= still[1:].copy()
+            state = np.where(against, 2, np.where(still, 1, 0))
+        out[c] = (b, np.where(seen, state, -1))
+    return out
+
+
 def track_events(frames: np.ndarray, layout: Layout = LAYOUT) -> dict:
     """An event log estimated from the frames alone (the same keys as
     :func:`generate_video`'s, ``actors`` without ids): colour blobs 3 rows tall are cars,
@@ -318,14 +366,7 @@ def track_events(frames: np.ndarray, layout: Layout = LAYOUT) -> dict:
     wrong-way; two cars touching and still is a collision; a lone car still for 3+
     frames is stalled; a pedestrian on the road off the zebra is jaywalking."""
     lay, T = layout, len(frames)
-    boxes = blobs(frames)
-    kinds = {}
-    for c, b in boxes.items():
-        h = np.nanmax(b[:, 1] - b[:, 0])
-        kinds[c] = "car" if h >= lay.car[0] else "pedestrian"
-    zebra = np.all(frames[0, lay.road[0]] == BACKGROUND["crosswalk"], axis=-1)
-    zebra_cols = np.nonzero(zebra)[0]
-    cw = int(zebra_cols.min()) if len(zebra_cols) else -100
+    boxes, kinds, cw = _scene_objects(frames, lay)
     scene = {"cars": sum(k == "car" for k in kinds.values()),
              "pedestrians": sum(k == "pedestrian" for k in kinds.values()),
              "crosswalk": cw, "width": lay.width}
