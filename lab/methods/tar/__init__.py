@@ -13,7 +13,10 @@ task groups (Question Answering, Temporal Reasoning, Scene Understanding).
   and a frame tracker; :mod:`~lab.methods.tar.labels`: the auto-labeller;
   :mod:`~lab.methods.tar.dataset`: synthetic splits on disk;
 * :mod:`~lab.methods.tar.harness`: ``predict`` / ``evaluate``;
-  :mod:`~lab.methods.tar.shortcuts`: shortcut baselines and the tracker upper bound.
+  :mod:`~lab.methods.tar.shortcuts`: shortcut baselines and the tracker upper bound;
+* :mod:`~lab.methods.tar.vlm`: a small VLM (:class:`lab.nn.VLM`) pretrained on dense
+  perception targets and fine-tuned on the annotations, as a harness predictor (imported
+  on its own: it needs JAX, the rest of the tooling does not).
 """
 
 from lab.methods.tar import labels, metrics, shortcuts, synthetic
