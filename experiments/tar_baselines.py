@@ -8,7 +8,7 @@ group and in aggregate. Its submission CSV is written and read back before scori
 so the scores are those of the file on disk.
 
 The VLM experiment of the TAR paper (zero-shot vs fine-tuned per task group, the
-multi-task ablation) calls the same harness with a VLM's predictor.
+multi-task ablation), experiments/tar.py, calls the same harness with a VLM's predictor.
 
   python -m experiments.tar_baselines --config=configs/tar_baselines.py:default --workdir=/tmp/tar
 """
