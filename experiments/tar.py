@@ -111,18 +111,6 @@ def _choice(per_item: dict, name: str) -> np.ndarray:
     return np.concatenate([per_item[name][t] for t in CHOICE_TASKS])
 
 
-def chance(test_items) -> dict:
-    """Chance accuracy per choice task: the larger of the test split's majority-answer
-    rate and 1 / number of options."""
-    out = {}
-    for task in CHOICE_TASKS:
-        answers = [it.answer for it in test_items if it.task == task]
-        if answers:
-            top = max(answers.count(a) for a in set(answers)) / len(answers)
-            out[task] = max(top, 0.5 if task == "bcq" else 0.2)
-    return out
-
-
 def claims(table: dict, per_item: dict, groups) -> list:
     """The claims, decided on the measured table (``{predictor: evaluate() result}``) and
     the per-item scores (``{predictor: {task: [score]}}``)."""
@@ -280,18 +268,10 @@ def run(config, workdir: str) -> dict:
     check_config(config)
     started = time.time()
     groups = tuple(config.groups)
-    data = os.path.join(workdir, "data")
-    train_v = tar.make_videos(config.seed, config.train_videos, prefix="train",
-                              n_frames=config.n_frames)
-    test_v = tar.make_videos(config.seed + 1, config.test_videos, prefix="test",
-                             n_frames=config.n_frames)
-    tar.write_split(data, train_v, "train", seed=config.seed, fps=config.fps)
-    tar.write_split(data, test_v, "test", seed=config.seed + 1, fps=config.fps)
-    del train_v, test_v
+    train, test, media = tar.build_splits(
+        os.path.join(workdir, "data"), seed=config.seed, train_videos=config.train_videos,
+        test_videos=config.test_videos, n_frames=config.n_frames, fps=config.fps)
     build_s = time.time() - started
-    train = tar.load_train(data)
-    test, _ = tar.load_test(os.path.join(data, "test", "test.json"))
-    media = os.path.join(data, "videos")
     shape = _shape(config)
     tokenizer = tv.TarTokenizer.fit(s for items in train.values() for it in items
                                     for s in (it.question, it.answer))
@@ -334,7 +314,7 @@ def run(config, workdir: str) -> dict:
                      "malformed": sum(r["malformed"] for r in res["tasks"].values())})
         logging.info("tar %s: aggregate %.3f (%.1f s)", name, res["aggregate"],
                      res["seconds"])
-    base_chance = chance(test)
+    base_chance = tar.metrics.choice_chance(test)
     per_group = _per_group(table, groups)
     results = {"table": table, "chance": base_chance, "per_group": per_group,
                "perception": perception,

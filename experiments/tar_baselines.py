@@ -53,19 +53,6 @@ def check_config(config):
     return check(config, get_config, _checks())
 
 
-def chance(test_items) -> dict:
-    """Chance accuracy per choice task: the larger of the majority-answer rate on the
-    test split and 1 / number of options."""
-    out = {}
-    for task in CHOICE_TASKS:
-        answers = [it.answer for it in test_items if it.task == task]
-        if not answers:
-            continue
-        top = max(answers.count(a) for a in set(answers)) / len(answers)
-        out[task] = max(top, 0.5 if task == "bcq" else 0.2)
-    return out
-
-
 def _text_score(res) -> float:
     return sum(res["tasks"][t]["score"] for t in TEXT_TASKS) / len(TEXT_TASKS)
 
@@ -124,17 +111,10 @@ def run(config, workdir: str) -> dict:
     report.md and one submission CSV per predictor to ``workdir``."""
     check_config(config)
     started = time.time()
-    data = os.path.join(workdir, "data")
-    train_v = tar.make_videos(config.seed, config.train_videos, prefix="train",
-                              n_frames=config.n_frames)
-    test_v = tar.make_videos(config.seed + 1, config.test_videos, prefix="test",
-                             n_frames=config.n_frames)
-    tar.write_split(data, train_v, "train", seed=config.seed, fps=config.fps)
-    tar.write_split(data, test_v, "test", seed=config.seed + 1, fps=config.fps)
+    train, test, media = tar.build_splits(
+        os.path.join(workdir, "data"), seed=config.seed, train_videos=config.train_videos,
+        test_videos=config.test_videos, n_frames=config.n_frames, fps=config.fps)
     build_s = time.time() - started
-    train = tar.load_train(data)
-    test, _ = tar.load_test(os.path.join(data, "test", "test.json"))
-    media = os.path.join(data, "videos")
     scorer = (tar.BERTScorer(config.scorer_dir, config.scorer_layers or None)
               if config.scorer_dir else None)
     train_frames = {v: tar.load_frames(v, media) for v in shortcuts.video_types(train)}
@@ -158,7 +138,7 @@ def run(config, workdir: str) -> dict:
                      "malformed": sum(r["malformed"] for r in res["tasks"].values())})
         logging.info("tar_baselines %s: aggregate %.3f (%.1f s)", name, res["aggregate"],
                      res["seconds"])
-    base_chance = chance(test)
+    base_chance = tar.metrics.choice_chance(test)
     results = {"table": table, "chance": base_chance,
                "split": {"train_items": sum(len(v) for v in train.values()),
                          "test_items": len(test), "train_videos": config.train_videos,

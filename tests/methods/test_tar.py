@@ -534,3 +534,10 @@ def test_a_redacted_test_file_validates_a_submission_but_cannot_be_scored(split,
     with pytest.raises(ValueError, match="has no item_index"):
         schema.write_test(path, [labels.label_video("v", {**synthetic.generate_video(0)[1]},
                                                     np.random.default_rng(0))[0]])
+
+
+def test_choice_chance_is_the_majority_rate_or_one_over_the_options():
+    items = [tar.Item("bcq", "v", "q", a) for a in ("Yes", "Yes", "Yes", "No")]
+    items += [tar.Item("mcq", "v", "q", a) for a in "ABCDE"]
+    assert metrics.choice_chance(items) == {"bcq": 0.75, "mcq": 0.2}
+    assert metrics.choice_chance(items[4:6]) == {"mcq": 0.5}

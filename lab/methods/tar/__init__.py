@@ -21,7 +21,7 @@ task groups (Question Answering, Temporal Reasoning, Scene Understanding).
 
 from lab.methods.tar import labels, metrics, shortcuts, synthetic
 from lab.methods.tar.bertscore import BERTScorer
-from lab.methods.tar.dataset import make_videos, write_split
+from lab.methods.tar.dataset import build_splits, make_videos, write_split
 from lab.methods.tar.harness import PredictFn, evaluate, predict
 from lab.methods.tar.schema import (
     TASK_GROUPS,
@@ -40,7 +40,7 @@ from lab.methods.tar.schema import (
 
 __all__ = [
     "BERTScorer", "Item", "PredictFn", "SchemaError", "TASKS", "TASK_GROUPS", "TASK_METRIC",
-    "evaluate", "labels", "load_frames", "load_task", "load_test", "load_train",
+    "build_splits", "evaluate", "labels", "load_frames", "load_task", "load_test", "load_train",
     "make_videos", "metrics", "predict", "read_submission", "resolve_media_root", "shortcuts",
     "synthetic",
     "write_split", "write_submission",

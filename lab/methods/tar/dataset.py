@@ -5,7 +5,8 @@ event types balanced over :data:`~lab.methods.tar.synthetic.EVENT_TYPES`;
 :func:`write_split` labels them (:mod:`lab.methods.tar.labels`) and writes
 ``<root>/train/<task>.json`` or ``<root>/test/test.json`` (with ``item_index``; answers
 kept unless ``redact``), the frames as image folders ``<root>/videos/<video_id>/``
-(the media root) and the ground-truth event logs ``<root>/<split>_events.json``.
+(the media root) and the ground-truth event logs ``<root>/<split>_events.json``;
+:func:`build_splits` writes a train and a test split and reads them back.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ def make_videos(seed: int, n: int, *, prefix: str = "syn", n_frames: int = 48) -
                                                n_frames=n_frames)
         out.append((f"{prefix}_{seed}_{i:04d}", frames, log))
     return out
+
+
+def build_splits(root: str, *, seed: int, train_videos: int, test_videos: int,
+                 n_frames: int = 48, fps: float = 8.0) -> tuple[dict, list, str]:
+    """Writes a synthetic train split (videos and labels seeded by ``seed``) and test split
+    (``seed + 1``) under ``root`` and reads them back through the loader: ``(train {task:
+    items}, test items, media root)``."""
+    for split, s, n in (("train", seed, train_videos), ("test", seed + 1, test_videos)):
+        write_split(root, make_videos(s, n, prefix=split, n_frames=n_frames), split, seed=s,
+                    fps=fps)
+    test, _ = schema.load_test(os.path.join(root, "test", "test.json"))
+    return schema.load_train(root), test, os.path.join(root, "videos")
 
 
 def write_split(root: str, videos: list, split: str, *, seed: int = 0, fps: float = 8.0,

@@ -243,3 +243,15 @@ def text_similarity(predictions: Sequence[str | None], answers: Sequence[str],
     mean = lambda v: float(np.mean(v)) if len(v) else float("nan")
     return {"score": mean(scores), "metric": metric, "n": len(scores),
             "malformed": malformed, "token_f1": mean(f1)}
+
+
+def choice_chance(items) -> dict[str, float]:
+    """Chance accuracy of bcq and mcq on ``items`` (those with answers): the larger of the
+    majority answer's rate and 1 / the number of options (2 for bcq, 5 for mcq)."""
+    out = {}
+    for task, floor in (("bcq", 0.5), ("mcq", 0.2)):
+        answers = [it.answer for it in items if it.task == task]
+        if answers:
+            top = max(answers.count(a) for a in set(answers)) / len(answers)
+            out[task] = max(top, floor)
+    return out
