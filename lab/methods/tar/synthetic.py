@@ -325,6 +325,7 @@ def _scene_objects(frames: np.ndarray, lay: Layout) -> tuple[dict, dict, int]:
 
 # What each actor is doing in a frame (actor_states).
 STATES = ("car", "stopped", "wrong_way", "pedestrian", "jaywalker")
+_CAR, _STOPPED, _WRONG_WAY, _PEDESTRIAN, _JAYWALKER = range(len(STATES))
 
 
 def actor_states(frames: np.ndarray, layout: Layout = LAYOUT) -> dict[str, tuple]:
@@ -342,7 +343,7 @@ def actor_states(frames: np.ndarray, layout: Layout = LAYOUT) -> dict[str, tuple
         if kinds[c] == "pedestrian":
             on_road = (b[:, 1] > lay.road[0]) & (b[:, 0] < lay.road[1])
             off_zebra = (b[:, 3] <= cw) | (b[:, 2] >= cw + lay.crosswalk_width)
-            state = np.where(on_road & off_zebra, 4, 3)
+            state = np.where(on_road & off_zebra, _JAYWALKER, _PEDESTRIAN)
         else:
             lane = np.where(b[:, 0] == lay.lane_rows[0], 0,
                             np.where(b[:, 0] == lay.lane_rows[1], 1, -1))
@@ -354,7 +355,7 @@ def actor_states(frames: np.ndarray, layout: Layout = LAYOUT) -> dict[str, tuple
             still = np.zeros(T, bool)
             still[1:] = whole[1:] & whole[:-1] & (dx == 0)
             still[:-1] |= still[1:].copy()
-            state = np.where(against, 2, np.where(still, 1, 0))
+            state = np.where(against, _WRONG_WAY, np.where(still, _STOPPED, _CAR))
         out[c] = (b, np.where(seen, state, -1))
     return out
 

@@ -408,7 +408,7 @@ def finetune(model: VLM, tokenizer: TarTokenizer, shape: VideoShape, items: Sequ
     n = len(items)
     width = max(len(prompt_ids(tokenizer, it.question, shape)) + len(tokenizer.encode(it.answer))
                 for it in items)
-    width = -(-width // 16) * 16
+    width = min(-(-width // 16) * 16, model.config.text.max_len)   # one program for all
 
     def batch_fn(step):
         rows = [items[i] for i in step_indices(n, config.batch, step, config.seed)]
