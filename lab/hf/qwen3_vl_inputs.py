@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lab.data.video_records import LETTERS
-from lab.nn import VLMConfig
+from lab.nn import VLMConfig, patchify
 
 INSTRUCTION = "Answer with the option's letter from the given choices directly."
 
@@ -203,9 +203,6 @@ def image_inputs(images, proc: ImageProcessing = ImageProcessing()
     seq = list(images)
     if not seq:
         raise ValueError("images is empty; expected at least one uint8 [H, W, 3] image")
-    p, tp, m = proc.patch_size, proc.temporal_patch_size, proc.merge_size
-    mean = np.asarray(proc.image_mean, np.float32)
-    std = np.asarray(proc.image_std, np.float32)
     patches, grids = [], []
     for i, image in enumerate(seq):
         image = np.asarray(image)
@@ -213,14 +210,15 @@ def image_inputs(images, proc: ImageProcessing = ImageProcessing()
             raise ValueError(f"images[{i}] is {image.dtype} {image.shape}; expected uint8 "
                              "[H, W, 3]")
         h, w = smart_resize(*image.shape[:2], proc.factor, proc.min_pixels, proc.max_pixels)
-        x = (_resized(image, h, w).astype(np.float32) / 255.0 - mean) / std      # [h, w, 3]
-        gh, gw = h // p, w // p
-        x = x.transpose(2, 0, 1).reshape(3, gh // m, m, p, gw // m, m, p)
-        x = x.transpose(1, 4, 2, 5, 0, 3, 6)                  # [gh/m, gw/m, m, m, 3, p, p]
-        x = np.broadcast_to(x[:, :, :, :, :, None], (*x.shape[:5], tp, p, p))
-        patches.append(x.reshape(gh * gw, 3 * tp * p * p))
-        grids.append((1, gh, gw))
-    return np.ascontiguousarray(np.concatenate(patches), np.float32), np.array(grids, np.int64)
+        patches.append(_patches(_resized(image, h, w)[None], proc))     # one frame, repeated
+        grids.append((1, h // proc.patch_size, w // proc.patch_size))
+    return np.concatenate(patches), np.array(grids, np.int64)
+
+
+def _patches(frames: np.ndarray, proc) -> np.ndarray:
+    return patchify(frames, patch_size=proc.patch_size, merge_size=proc.merge_size,
+                    temporal_patch_size=proc.temporal_patch_size, mean=proc.image_mean,
+                    std=proc.image_std)
 
 
 def image_token_counts(image_grid_thw, merge_size: int) -> list[int]:
@@ -290,19 +288,10 @@ def video_inputs(frames, proc: VideoProcessing = VideoProcessing()
         if x.dtype != np.uint8 or x.ndim != 3 or x.shape[-1] != 3 or x.shape != seq[0].shape:
             raise ValueError(f"frames[{i}] is {x.dtype} {x.shape}; expected uint8 [H, W, 3] "
                              f"of the first frame's size {seq[0].shape}")
-    p, tp, m = proc.patch_size, proc.temporal_patch_size, proc.merge_size
+    p, tp = proc.patch_size, proc.temporal_patch_size
     h, w = video_smart_resize(len(seq), *seq[0].shape[:2], proc)
-    mean = np.asarray(proc.image_mean, np.float32)
-    std = np.asarray(proc.image_std, np.float32)
-    x = np.stack([_resized(f, h, w) for f in seq]).astype(np.float32)
-    x = (x / 255.0 - mean) / std                                          # [T, h, w, 3]
-    if pad := -len(seq) % tp:
-        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
-    gt, gh, gw = len(x) // tp, h // p, w // p
-    x = x.transpose(0, 3, 1, 2).reshape(gt, tp, 3, gh // m, m, p, gw // m, m, p)
-    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)     # [gt, gh/m, gw/m, m, m, 3, tp, p, p]
-    return (np.ascontiguousarray(x.reshape(gt * gh * gw, 3 * tp * p * p), np.float32),
-            np.array([[gt, gh, gw]], np.int64))
+    x = _patches(np.stack([_resized(f, h, w) for f in seq]), proc)
+    return x, np.array([[-(-len(seq) // tp), h // p, w // p]], np.int64)
 
 
 def frame_timestamps(indices, video_fps: float, temporal_patch_size: int = 2) -> list[float]:

@@ -26,7 +26,7 @@ from lab.nn.transformer import (
                            fuse_qkv,
                            split_qkv,
 )
-from lab.nn.vision import PatchMerger, VisionEncoder
+from lab.nn.vision import PatchMerger, VisionEncoder, patchify
 from lab.nn.vlm import VLM, Embedded, choice_posterior, rope_index
 
 __all__ = [
@@ -36,5 +36,5 @@ __all__ = [
     "axial_angles", "check_tokens", "choice_posterior", "fuse_qkv", "mrope_angles",
     "rope_frequencies", "rope_index", "scale_neurons", "check_neuron_scale", "split_qkv",
     "VitDims", "transformer_flops", "vit_flops", "vlm_flops", "edit_residual", "FeatureScale",
-    "SparseAutoencoder", "fit_sae", "sae_stats",
+    "SparseAutoencoder", "fit_sae", "sae_stats", "patchify",
 ]

@@ -66,6 +66,35 @@ def check_pixels(pixel_values, grid: np.ndarray, config: VisionConfig,
                          "processor's rescaled and normalised patches)")
 
 
+def patchify(frames, *, patch_size: int, merge_size: int, temporal_patch_size: int = 1,
+             mean=0.5, std=0.5) -> np.ndarray:
+    """The tower's ``pixel_values`` of frames ``[T, H, W, C]`` (pixel values in ``[0, 255]``,
+    uint8 or float) of one size: rescaled and normalised to ``(x / 255 - mean) / std``
+    (per channel when ``mean``/``std`` are sequences), the last frame repeated up to a
+    multiple of ``temporal_patch_size``, consecutive frames stacked into temporal patches,
+    and flattened to float32 ``[T / Tp * H / P * W / P, C * Tp * P * P]``: the ``m x m``
+    merge blocks of each temporal patch row by row, each block's patches row by row, each
+    patch's values channel-major, then frame, then pixel row and column. This is the order
+    of Qwen3-VL's processors (``Qwen3VLVideoProcessor.patchify``; an image is a clip of one
+    frame repeated ``Tp`` times) that :func:`patch_positions` indexes. ValueError unless
+    ``H`` and ``W`` are multiples of ``patch_size * merge_size``."""
+    x = np.asarray(frames)
+    p, m, tp = patch_size, merge_size, temporal_patch_size
+    if x.ndim != 4 or len(x) == 0:
+        raise ValueError(f"frames have shape {x.shape}; expected [T, H, W, C], T >= 1")
+    t, h, w, c = x.shape
+    if h % (p * m) or w % (p * m):
+        raise ValueError(f"frames are {h}x{w} pixels; expected multiples of patch_size x "
+                         f"merge_size = {p} x {m} = {p * m}")
+    x = (x.astype(np.float32) / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std,
+                                                                                   np.float32)
+    if pad := -t % tp:
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
+    x = x.reshape(len(x) // tp, tp, h // (p * m), m, p, w // (p * m), m, p, c)
+    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)      # [t, h/pm, w/pm, m, m, c, tp, p, p]
+    return np.ascontiguousarray(x.reshape(-1, c * tp * p * p), np.float32)
+
+
 def patch_positions(grid: np.ndarray, merge: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column of every patch ``[N]`` in the processor's block-major order (the
     ``m x m`` blocks of a frame row by row, each block's patches row by row), repeated over

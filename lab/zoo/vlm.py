@@ -52,7 +52,9 @@ from lab.data.synthetic.image import image_qa, render_images
 from lab.data.synthetic.render import BACKGROUND, COLOUR_NAMES, KINDS, plural
 from lab.data.synthetic.video import QUESTION_TYPES, render_videos, video_qa
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
+from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import rope_index
+from lab.train import dense_label_loss
 
 VLM_FORMAT = 1  # bump when the stored layout, the prompt or the tokenizer changes
 
@@ -179,15 +181,12 @@ def check_frames(frames, config: VLMConfig, name: str = "frames") -> np.ndarray:
 
 
 def patchify(frames: np.ndarray, config: VLMConfig) -> np.ndarray:
-    """``uint8 [N, H, W, 3]`` -> float32 ``[N * (H/P) * (W/P), 3 * P * P]`` patches in the
-    processor's block-major order (merge blocks row by row, each block's patches row by
-    row), normalised to ``(x / 255 - PIXEL_MEAN) / PIXEL_STD`` (the empty canvas is 0)."""
-    p, m = config.vision.patch_size, config.vision.spatial_merge_size
-    n, h, w, c = frames.shape
-    x = (frames.astype(np.float32) / 255.0 - PIXEL_MEAN) / PIXEL_STD
-    x = x.reshape(n, h // (p * m), m, p, w // (p * m), m, p, c)
-    x = x.transpose(0, 1, 4, 2, 5, 7, 3, 6)              # n, bh, bw, mi, mj, c, pi, pj
-    return x.reshape(-1, c * p * p)
+    """``uint8 [N, H, W, 3]`` -> the tower's float32 patches (:func:`lab.nn.patchify`),
+    normalised to ``(x / 255 - PIXEL_MEAN) / PIXEL_STD`` (the empty canvas is 0)."""
+    v = config.vision
+    return nn_patchify(frames, patch_size=v.patch_size, merge_size=v.spatial_merge_size,
+                       temporal_patch_size=v.temporal_patch_size, mean=PIXEL_MEAN,
+                       std=PIXEL_STD)
 
 
 def tokens_per_frame(config: VLMConfig, size: int) -> int:
@@ -436,25 +435,15 @@ _KIND_INDEX[_KIND_IDS] = np.arange(len(_KIND_IDS))
 def _region_terms(logits, labels, colour_labels, region_weight: float, colour_weight: float):
     """``(loss, region accuracy)`` of the dense perception targets at the visual tokens
     (``labels``: a kind's word id or ``<pad>`` for an empty region, -1 off the visual
-    tokens). Object tokens and empty ones are averaged apart (most tokens are empty
-    canvas), ``on_obj + 0.2 * on_empty``, over the whole vocabulary; with ``colour_weight``
-    the kind is a softmax over ``<pad>`` and the kinds only and the object's colour
+    tokens): :func:`lab.train.dense_label_loss`, object and empty tokens averaged apart
+    (most tokens are empty canvas), over the whole vocabulary; with ``colour_weight`` the
+    kind is a softmax over ``<pad>`` and the kinds only and the object's colour
     (``colour_labels``: a colour's word id at the same tokens, as ``labels``) a softmax over
     the colour words only, so that neither target competes with the other at the shared LM
     head."""
-    obj, empty = labels > TOKENIZER.pad_id, labels == TOKENIZER.pad_id
-    if colour_weight:
-        region_logits = logits[..., _KIND_IDS]
-        targets = jnp.asarray(_KIND_INDEX)[jnp.maximum(labels, 0)]
-    else:
-        region_logits, targets = logits, jnp.maximum(labels, 0)
-    acc = jnp.sum(obj & (jnp.argmax(region_logits, -1) == targets)) / jnp.maximum(obj.sum(), 1)
-    total = jnp.zeros((), jnp.float32)
-    if region_weight:
-        ce = optax.softmax_cross_entropy_with_integer_labels(region_logits, targets)
-        on_obj = jnp.sum(jnp.where(obj, ce, 0.0)) / jnp.maximum(obj.sum(), 1)
-        on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
-        total = total + region_weight * (on_obj + 0.2 * on_empty)
+    kinds = _KIND_IDS[1:] if colour_weight else None
+    region, acc = dense_label_loss(logits, labels, empty_id=TOKENIZER.pad_id, classes=kinds)
+    total = region_weight * region if region_weight else jnp.zeros((), jnp.float32)
     if colour_weight:
         has = colour_labels > TOKENIZER.pad_id
         ce_c = optax.softmax_cross_entropy_with_integer_labels(

@@ -152,7 +152,7 @@ def test_patchify_lays_out_channel_frame_row_column_per_patch():
     scaled = frames.astype(np.float32) / 127.5 - 1.0
     for k, (r, c) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):      # row-major patches
         want = scaled[:, r * 8:(r + 1) * 8, c * 8:(c + 1) * 8].transpose(3, 0, 1, 2)
-        np.testing.assert_array_equal(x[k], want.reshape(-1))
+        np.testing.assert_allclose(x[k], want.reshape(-1), atol=1e-6)
 
 
 def test_actor_states_and_region_targets_mark_each_anomaly_during_its_event():

@@ -17,8 +17,10 @@ from lab.nn import (
     VisionEncoder,
     VLMConfig,
     choice_posterior,
+    patchify,
     rope_index,
 )
+from lab.nn.vision import patch_positions
 
 IMG, VID, VS, VE = 60, 61, 62, 63
 CFG = VLMConfig(vision=VisionConfig(deepstack_layers=(0,)))
@@ -209,6 +211,31 @@ def test_configs_validated():
     # The new decoder fields stay out of to_dict at their defaults (zoo digests unchanged).
     assert "mrope_section" not in TransformerConfig().to_dict()
     assert TransformerConfig(**CFG.text.to_dict()) == CFG.text
+
+
+def test_patchify_lays_out_patches_where_patch_positions_says():
+    """Each row of ``patchify`` holds one patch's pixels (channel, frame, pixel row, pixel
+    column) at the row and column ``patch_positions`` gives it; an odd clip repeats its last
+    frame; the values are ``(x / 255 - mean) / std`` per channel."""
+    p, m, tp = 2, 2, 2
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (3, 8, 12, 3)).astype(np.uint8)      # 3 frames -> 2 patches
+    mean, std = (0.1, 0.2, 0.3), (0.5, 0.25, 2.0)
+    x = patchify(frames, patch_size=p, merge_size=m, temporal_patch_size=tp, mean=mean, std=std)
+    grid = np.array([[2, 4, 6]])
+    assert x.shape == (2 * 4 * 6, 3 * tp * p * p) and x.dtype == np.float32
+    norm = (frames / 255.0 - np.array(mean)) / np.array(std)
+    norm = np.concatenate([norm, norm[-1:]])                          # the last frame repeated
+    rows, cols = patch_positions(grid, m)
+    for k in range(len(x)):
+        t = k // 24
+        want = norm[t * tp:(t + 1) * tp, rows[k] * p:(rows[k] + 1) * p,
+                    cols[k] * p:(cols[k] + 1) * p]                    # [tp, p, p, c]
+        np.testing.assert_allclose(x[k], want.transpose(3, 0, 1, 2).reshape(-1), atol=1e-6)
+    with pytest.raises(ValueError, match="6x12 pixels; expected multiples of .* = 4"):
+        patchify(frames[:, :6], patch_size=p, merge_size=m)
+    with pytest.raises(ValueError, match=r"shape \(8, 12, 3\); expected \[T, H, W, C\]"):
+        patchify(frames[0], patch_size=p, merge_size=m)
 
 
 @pytest.mark.deep

@@ -25,6 +25,7 @@ from flax import nnx
 from lab.data.synthetic.render import COLOUR_NAMES, KINDS
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.flops import vlm_config_flops
+from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import decode
 
 PAD, VS, VE, VID, UNK = 0, 1, 2, 3, 4
@@ -65,15 +66,11 @@ def _sections(head_dim: int) -> tuple[int, int, int]:
 
 
 def patchify(frames: np.ndarray, config: VLMConfig) -> np.ndarray:
-    """``uint8 [F, H, W, 3]`` -> float32 ``[F * (H/P) * (W/P), 3 * P * P]`` patches in the
-    processor's block-major order (merge blocks row by row, each block's patches row by
-    row), pixels scaled to ``[-1, 1]`` (Qwen3-VL's mean 0.5, std 0.5)."""
-    p, m = config.vision.patch_size, config.vision.spatial_merge_size
-    f, h, w, c = frames.shape
-    x = frames.astype(np.float32) / 127.5 - 1.0
-    x = x.reshape(f, h // (p * m), m, p, w // (p * m), m, p, c)
-    x = x.transpose(0, 1, 4, 2, 5, 7, 3, 6)              # f, bh, bw, mi, mj, c, pi, pj
-    return x.reshape(-1, c * p * p)
+    """``uint8 [F, H, W, 3]`` -> the tower's float32 patches (:func:`lab.nn.patchify`),
+    pixels scaled to ``[-1, 1]`` (Qwen3-VL's mean 0.5, std 0.5)."""
+    v = config.vision
+    return nn_patchify(frames, patch_size=v.patch_size, merge_size=v.spatial_merge_size,
+                       temporal_patch_size=v.temporal_patch_size)
 
 
 def tokens_per_frame(config: VLMConfig, size: int) -> int:
