@@ -5,6 +5,7 @@ from lab.train.checkpoint import RunCheckpoints, tree_digest
 from lab.train.config import OPTIMIZERS, SCHEDULES, TrainConfig, make_optimizer, make_schedule
 from lab.train.losses import (
     PolicyGradientLoss,
+    dense_label_loss,
     group_advantages,
     kl_penalty,
     logprobs_from_logits,
@@ -28,6 +29,7 @@ __all__ = [
     "OPTIMIZERS", "SCHEDULES", "GRPOLoss", "PolicyGradientLoss", "RLConfig", "RLTrainer",
     "RunCheckpoints", "SuccessScaling", "TrainConfig", "Trainer", "adaptive_kl",
     "compiled_step", "grpo_advantages", "rollout",
-    "group_advantages", "kl_penalty", "logprobs_from_logits", "make_optimizer", "make_schedule",
-    "policy_gradient_loss", "sft_loss", "token_logprobs", "tree_digest",
+    "dense_label_loss", "group_advantages", "kl_penalty", "logprobs_from_logits",
+    "make_optimizer", "make_schedule", "policy_gradient_loss", "sft_loss", "token_logprobs",
+    "tree_digest",
 ]

@@ -5,7 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lab.train import group_advantages, policy_gradient_loss, sft_loss, token_logprobs
+from lab.train import (
+    dense_label_loss,
+    group_advantages,
+    policy_gradient_loss,
+    sft_loss,
+    token_logprobs,
+)
 
 
 class TableModel:
@@ -150,3 +156,47 @@ def test_loss_weight_makes_micro_batch_averages_exact(agg):
     w = np.array([float(m["loss_weight"]) for _, m in parts])
     combined = sum(wi * float(loss) for wi, (loss, _) in zip(w, parts, strict=True)) / w.sum()
     assert abs(combined - float(full)) < 1e-6
+
+
+def _ce(row, target):
+    row = np.asarray(row, np.float64)
+    return np.log(np.exp(row - row.max()).sum()) + row.max() - row[target]
+
+
+def test_dense_label_loss_averages_rare_classes_apart():
+    """Labels 0 (empty), 3 and 5 on a vocabulary of 6 and -1 off target: pooled, the nine
+    tokens of class 3 outweigh the one of class 5; per class, each counts once; restricted
+    to ``classes`` the softmax ignores the other ids."""
+    rng = np.random.default_rng(0)
+    labels = np.array([[0, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 5, -1, 0]])
+    logits = rng.standard_normal((1, 14, 6)).astype(np.float32)
+    logits[0, -2] = 1e4                              # off target: would dominate if read
+    rows = logits[0]
+    empty = [_ce(rows[i], 0) for i in (0, 1, 13)]
+    c3 = [_ce(rows[i], 3) for i in range(2, 11)]
+    c5 = [_ce(rows[11], 5)]
+    loss, recall = dense_label_loss(jnp.asarray(logits), jnp.asarray(labels), empty_id=0)
+    np.testing.assert_allclose(loss, np.mean(c3 + c5) + 0.2 * np.mean(empty), rtol=1e-5)
+    hits = [rows[i].argmax() == labels[0, i] for i in range(2, 12)]
+    np.testing.assert_allclose(recall, np.mean(hits), rtol=1e-6)
+
+    sub = rows[:, [0, 3, 5]]                         # empty first, then the classes
+    loss, recall = dense_label_loss(jnp.asarray(logits), jnp.asarray(labels), empty_id=0,
+                                    classes=(3, 5), per_class=True, empty_weight=0.5)
+    per3 = np.mean([_ce(sub[i], 1) for i in range(2, 11)])
+    per5 = _ce(sub[11], 2)
+    empty = np.mean([_ce(sub[i], 0) for i in (0, 1, 13)])
+    np.testing.assert_allclose(loss, (per3 + per5) / 2 + 0.5 * empty, rtol=1e-5)
+    r3 = np.mean([sub[i].argmax() == 1 for i in range(2, 11)])
+    np.testing.assert_allclose(recall, (r3 + (sub[11].argmax() == 2)) / 2, rtol=1e-6)
+
+    # A perfect score: recall 1, loss near 0; no labelled tokens: recall 0.
+    perfect = np.full((1, 14, 6), -20.0, np.float32)
+    perfect[0, np.arange(14), np.maximum(labels[0], 0)] = 20.0
+    loss, recall = dense_label_loss(jnp.asarray(perfect), jnp.asarray(labels), empty_id=0,
+                                    classes=(3, 5), per_class=True)
+    assert float(recall) == 1.0 and float(loss) < 1e-6
+    _, recall = dense_label_loss(jnp.asarray(perfect), jnp.full((1, 14), 0), empty_id=0)
+    assert float(recall) == 0.0
+    with pytest.raises(ValueError, match="per_class=True needs classes"):
+        dense_label_loss(jnp.asarray(logits), jnp.asarray(labels), empty_id=0, per_class=True)

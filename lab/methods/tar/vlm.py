@@ -37,7 +37,6 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -46,14 +45,16 @@ from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.tar import synthetic
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
+from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import rope_index
-from lab.train import TrainConfig, Trainer, logprobs_from_logits
+from lab.train import TrainConfig, Trainer, dense_label_loss, logprobs_from_logits
 
 # Region classes of the perception targets (region_targets): what the actor under a visual
 # token is doing (lab.methods.tar.synthetic.STATES); an empty region's target is <pad>.
 REGIONS = tuple(f"<{s}>" for s in synthetic.STATES)
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>", "<vision_start>", "<vision_end>", "<video>",
             "<answer>", *REGIONS)
+PAD_ID = SPECIALS.index("<pad>")      # also the empty region's label
 _PIECE = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^A-Za-z0-9\s]|\s")
 
 
@@ -217,15 +218,10 @@ def region_targets(frames: np.ndarray, shape: VideoShape, tokenizer: TarTokenize
 
 
 def patchify(frames: np.ndarray, shape: VideoShape) -> np.ndarray:
-    """``uint8 [N x temporal_patch, H, W, 3]`` -> float32 ``[N * (H/P) * (W/P), 3 * Tp * P *
-    P]`` patches in the processor's block-major order (channel, then frame, then pixel
-    rows and columns within a patch), scaled to ``[-1, 1]``."""
-    p, m, tp = shape.patch_size, shape.merge, shape.temporal_patch
-    n, h, w, c = frames.shape
-    x = frames.astype(np.float32) / 127.5 - 1.0
-    x = x.reshape(n // tp, tp, h // (p * m), m, p, w // (p * m), m, p, c)
-    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)    # n, bh, bw, mi, mj, c, t, pi, pj
-    return x.reshape(-1, c * tp * p * p)
+    """``uint8 [N x temporal_patch, H, W, 3]`` -> the tower's float32 patches of
+    ``shape``'s temporal patches (:func:`lab.nn.patchify`), scaled to ``[-1, 1]``."""
+    return nn_patchify(frames, patch_size=shape.patch_size, merge_size=shape.merge,
+                       temporal_patch_size=shape.temporal_patch)
 
 
 def prompt_ids(tokenizer: TarTokenizer, question: str, shape: VideoShape) -> list[int]:
@@ -322,15 +318,12 @@ def answer_loss(grid: np.ndarray, *, answer_weight: float = 1.0, region_weight: 
     """``loss_fn(model, batch)`` for :class:`lab.train.Trainer` (:func:`encode`'s SFT
     batch; ``grid`` is the batch's ``video_grid_thw``, fixed for every batch):
     ``answer_weight`` x the mean negative log-likelihood of the masked tokens, plus with
-    ``region_weight`` the perception loss at the visual tokens (``batch["regions"]``): a
-    softmax over ``<pad>`` (empty) and ``region_ids`` at each visual token's output,
-    ``on_actor + 0.2 * on_empty``: ``on_actor`` the mean over the region classes present in
-    the batch of each class's mean cross-entropy, ``on_empty`` the mean over empty tokens
-    (most tokens are empty road; :mod:`lab.zoo.vlm`'s region targets weigh them so).
-    ``region_recall`` is the mean over classes of the fraction of a class's tokens
-    predicted as it."""
+    ``region_weight`` the perception loss at the visual tokens (``batch["regions"]``),
+    :func:`lab.train.dense_label_loss` over ``<pad>`` (empty) and ``region_ids``, each
+    class's mean cross-entropy averaged apart (anomalous states are a few tokens in a
+    thousand). ``region_recall`` is the mean over classes of the fraction of a class's
+    tokens predicted as it."""
     grid = np.asarray(grid)
-    classes = jnp.asarray(region_ids, jnp.int32)
 
     def loss_fn(model: VLM, batch: dict):
         logits = model(batch["inputs"], pixel_values_videos=batch["pixels"],
@@ -343,24 +336,9 @@ def answer_loss(grid: np.ndarray, *, answer_weight: float = 1.0, region_weight: 
         metrics = {"answer_nll": nll, "accuracy": jnp.sum(mask * hit) / tokens}
         loss = answer_weight * nll
         if region_weight:
-            labels = batch["regions"]
-            sub = jnp.concatenate([logits[..., :1], logits[..., classes]], -1)  # <pad> first
-            target = jnp.argmax(labels[..., None] == classes, -1) + 1          # 0: <pad>
-            target = jnp.where(jnp.isin(labels, classes), target, 0)
-            ce = -jnp.take_along_axis(jax.nn.log_softmax(sub), target[..., None], -1)[..., 0]
-            actor, empty = target > 0, (labels >= 0) & (target == 0)
-            # each class's mean cross-entropy, averaged over the classes in the batch
-            # (anomalous states are a few tokens in a thousand)
-            onehot = (target[..., None] == jnp.arange(1, len(region_ids) + 1)) & actor[..., None]
-            count = onehot.sum(axis=tuple(range(onehot.ndim - 1)))
-            per_class = jnp.sum(jnp.where(onehot, ce[..., None], 0.0),
-                                axis=tuple(range(onehot.ndim - 1))) / jnp.maximum(count, 1)
-            on_actor = jnp.sum(per_class) / jnp.maximum(jnp.sum(count > 0), 1)
-            on_empty = jnp.sum(jnp.where(empty, ce, 0.0)) / jnp.maximum(empty.sum(), 1)
-            right = onehot & (jnp.argmax(sub, -1) == target)[..., None]
-            recall = right.sum(axis=tuple(range(onehot.ndim - 1))) / jnp.maximum(count, 1)
-            metrics["region_recall"] = jnp.sum(recall) / jnp.maximum(jnp.sum(count > 0), 1)
-            loss = loss + region_weight * (on_actor + 0.2 * on_empty)
+            region, metrics["region_recall"] = dense_label_loss(
+                logits, batch["regions"], empty_id=PAD_ID, classes=region_ids, per_class=True)
+            loss = loss + region_weight * region
         metrics["loss"] = loss
         return loss, metrics
 
