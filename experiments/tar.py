@@ -203,10 +203,11 @@ def _vlm_config(config, tokenizer):
                            vision_layers=m.vision_layers)
 
 
-def trained_models(config, tokenizer, train_items, videos, regions) -> tuple[dict, dict]:
+def trained_models(config, tokenizer, train_items, load_videos) -> tuple[dict, dict]:
     """``({"pretrained": model, run: model}, info)``: the perception-pretrained model and
     the fine-tuned models of :func:`runs` (each fine-tuned from the pretrained one), from
-    Lab's bundle store (``tar-vlm``, keyed by :func:`_recipe`) or trained now."""
+    Lab's bundle store (``tar-vlm``, keyed by :func:`_recipe`) or trained now on the frames
+    and region targets ``load_videos()`` returns (read only when training)."""
     from flax import nnx
 
     from lab.zoo import bundle
@@ -217,6 +218,7 @@ def trained_models(config, tokenizer, train_items, videos, regions) -> tuple[dic
 
     def train():
         info = {}
+        videos, regions = load_videos()
         t0 = time.perf_counter()
         pre = tv.new_model(vcfg, config.seed)
         percept = [tar.Item("scene_description", v, "", "") for v in sorted(videos)]
@@ -280,10 +282,10 @@ def run(config, workdir: str) -> dict:
     shape = _shape(config)
     tokenizer = tv.TarTokenizer.fit(s for items in train.values() for it in items
                                     for s in (it.question, it.answer))
-    videos, regions = _videos(sorted({it.video_id for items in train.values() for it in items}),
-                              media, shape, tokenizer)
+    train_ids = sorted({it.video_id for items in train.values() for it in items})
     t0 = time.time()
-    models, sft_info = trained_models(config, tokenizer, train, videos, regions)
+    models, sft_info = trained_models(config, tokenizer, train,
+                                      lambda: _videos(train_ids, media, shape, tokenizer))
     sft_s = time.time() - t0
     test_videos, test_regions = _videos(sorted({it.video_id for it in test}), media, shape,
                                         tokenizer)
