@@ -94,7 +94,8 @@ def dense_label_loss(logits: jax.Array, labels: jax.Array, *, empty_id: int,
     ``on_class`` that of the labelled tokens, pooled, or with ``per_class`` (needs
     ``classes``) each class's mean averaged over the classes present, for classes a few
     tokens in a thousand. ``recall`` is the fraction of labelled tokens predicted right
-    (per class and averaged alike); both are 0 without labelled tokens."""
+    (per class and averaged alike). Without labelled tokens ``on_class`` and ``recall``
+    are 0."""
     if per_class and classes is None:
         raise ValueError("per_class=True needs classes (the token ids to average over)")
     logits = logits.astype(jnp.float32)
