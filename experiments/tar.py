@@ -11,8 +11,9 @@ small VLM (lab.methods.tar.vlm) is fine-tuned on the answers of
 - ``no_video``: every task with every frame blanked (the same model, data and updates
   without the pixels: what the answers' words and the questions alone teach);
 
-every run with the same initialisation, updates, batch and schedule. ``zero_shot`` is the
-initialised model before fine-tuning (Lab's VLM has no pretraining, so this is a floor).
+every run from the same pretrained model (dense perception targets only: what the actor
+under each visual token is doing; no TAR question or answer) with the same updates, batch
+and schedule. ``zero_shot`` is that pretrained model before fine-tuning.
 The majority and question-only shortcuts (lab.methods.tar.shortcuts) stand beside them.
 Every predictor runs through ``tar.predict`` and its submission CSV is written, read back
 and scored by ``tar.evaluate``.

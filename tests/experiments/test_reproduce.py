@@ -327,9 +327,9 @@ TIMER = """
     from lab import timing
     time.sleep(0.3)
     with timing.alone("a test section"):
-        t0 = time.time(); time.sleep(0.6)
+        t0 = time.time(); time.sleep(0.6); t1 = time.time()   # both inside the section
     with open(STAMPS, "a") as f:
-        f.write(f"section {t0} {time.time()}\\n")
+        f.write(f"section {t0} {t1}\\n")
     done(0.9)
 """
 
