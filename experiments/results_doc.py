@@ -1,13 +1,16 @@
 """Writes a results page (docs/results.md) from the experiments' ``results.json`` files.
 
-  python -m experiments.results_doc --workdir=/tmp/lab_reproduce --out=docs/results.md
+  python -m experiments.results_doc --workdir=/tmp/lab_reproduce --out=docs/results.md \
+      --extra=tar=/tmp/tar_vlm
 
 ``workdir`` is an :mod:`experiments.reproduce` output directory: one
 ``<name>/results.json`` (and ``config.json``) per experiment. Per experiment the
 page gives the preset it ran at, its regime checks and whether its claims are
 informative (:func:`lab.outputs.regime_verdict`), its claims, and its main table:
 the experiment module's ``main_table(results)`` when it defines one, else the
-first list of row dicts in its results. Numbers print with three significant
+first list of row dicts in its results. ``extra`` adds experiments run on their own
+(one the main job leaves out, run by its launcher): ``name=directory`` with that run's
+``results.json``; their sections say so. Numbers print with three significant
 digits. Results of the ``test`` preset (a few prompts on a model trained for a
 few steps) say nothing about the papers, so they are refused unless
 ``allow_test``.
@@ -30,11 +33,11 @@ from lab.outputs import (
 )
 
 
-def _load(workdir: str, name: str) -> tuple[dict, str]:
-    with open(os.path.join(workdir, name, "results.json"), encoding="utf-8") as f:
+def _load(run_dir: str) -> tuple[dict, str]:
+    with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
     preset = "unknown"
-    config = os.path.join(workdir, name, "config.json")
+    config = os.path.join(run_dir, "config.json")
     if os.path.exists(config):
         with open(config, encoding="utf-8") as f:
             preset = json.load(f).get("preset") or "default"
@@ -63,11 +66,15 @@ def main_table(name: str, results: Mapping) -> list[dict] | None:
     return None
 
 
-def section(name: str, results: Mapping, preset: str) -> str:
-    """One experiment's part of the page."""
+def section(name: str, results: Mapping, preset: str, *, on_its_own: bool = False) -> str:
+    """One experiment's part of the page (``on_its_own``: run by its launcher, not by the
+    main job)."""
     claims = results.get("claims", [])
-    out = [f"## {name}\n", f"Preset `{preset}`. {sum(c['holds'] for c in claims)} of "
-           f"{len(claims)} claims hold. {regime_verdict(results)}\n"]
+    out = [f"## {name}\n"]
+    if on_its_own:
+        out.append(f"Run on its own (`python -m experiments.{name}`), outside the main job.\n")
+    out.append(f"Preset `{preset}`. {sum(c['holds'] for c in claims)} of "
+               f"{len(claims)} claims hold. {regime_verdict(results)}\n")
     if results.get("regime"):
         out += ["### Regime\n", regime_table(results["regime"])]
     out += ["### Claims\n", claims_table(claims) if claims else "(no claims)\n"]
@@ -77,14 +84,24 @@ def section(name: str, results: Mapping, preset: str) -> str:
     return "\n".join(out)
 
 
-def render(workdir: str, names: Sequence[str] | None = None, *, allow_test: bool = False) -> str:
+def render(workdir: str, names: Sequence[str] | None = None, *, allow_test: bool = False,
+           extra: Mapping[str, str] | None = None) -> str:
     """The page's markdown for the experiments ``names`` (default: every subdirectory of
-    ``workdir`` with a ``results.json``, sorted)."""
+    ``workdir`` with a ``results.json``, sorted) and those of ``extra`` (``{name: run
+    directory}``, runs of their own; then the sections go in name order)."""
     if names is None:
         names = sorted(n for n in os.listdir(workdir)
                        if os.path.exists(os.path.join(workdir, n, "results.json")))
-    loaded = {n: _load(workdir, n) for n in names
-              if os.path.exists(os.path.join(workdir, n, "results.json"))}
+    extra = dict(extra or {})
+    for name, run_dir in extra.items():
+        if not os.path.exists(os.path.join(run_dir, "results.json")):
+            raise ValueError(f"extra[{name!r}]={run_dir!r} holds no results.json; expected "
+                             "the workdir of a run of that experiment's launcher")
+    loaded = {n: _load(os.path.join(workdir, n)) for n in names if n not in extra
+              and os.path.exists(os.path.join(workdir, n, "results.json"))}
+    loaded.update({n: _load(d) for n, d in extra.items()})
+    if extra:
+        loaded = dict(sorted(loaded.items()))
     if not loaded:
         raise ValueError(f"workdir={workdir!r} holds no <experiment>/results.json; expected an "
                          "experiments.reproduce output directory")
@@ -105,14 +122,14 @@ def render(workdir: str, names: Sequence[str] | None = None, *, allow_test: bool
            f"{sum(c['holds'] for c in informative)} of them hold.\n"]
     if missing:
         out.append(f"No results for: {', '.join(missing)}.\n")
-    out += [section(n, r, preset) for n, (r, preset) in loaded.items()]
+    out += [section(n, r, preset, on_its_own=n in extra) for n, (r, preset) in loaded.items()]
     return "\n".join(out).rstrip() + "\n"
 
 
 def write(workdir: str, out: str, names: Sequence[str] | None = None, *,
-          allow_test: bool = False) -> str:
+          allow_test: bool = False, extra: Mapping[str, str] | None = None) -> str:
     """Writes :func:`render`'s page to ``out`` atomically; returns ``out``."""
-    write_text(out, render(workdir, names, allow_test=allow_test))
+    write_text(out, render(workdir, names, allow_test=allow_test, extra=extra))
     return out
 
 
@@ -123,10 +140,18 @@ def _main():
                                   required=True)
     out = flags.DEFINE_string("out", "docs/results.md", "The page to write.")
     allow_test = flags.DEFINE_bool("allow_test", False, "Accept test-preset results.")
+    extra = flags.DEFINE_list("extra", [], "Runs of their own, name=directory (an experiment "
+                              "the main job leaves out, run by its launcher).")
 
     def main(argv):
         del argv
-        print(write(workdir.value, out.value, allow_test=allow_test.value))
+        runs = {}
+        for item in extra.value:
+            name, sep, run_dir = item.partition("=")
+            if not sep or not name or not run_dir:
+                raise app.UsageError(f"--extra={item!r}; expected name=directory")
+            runs[name] = run_dir
+        print(write(workdir.value, out.value, allow_test=allow_test.value, extra=runs))
 
     app.run(main)
 

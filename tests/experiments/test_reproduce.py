@@ -227,6 +227,18 @@ def test_results_doc_writes_regime_claims_and_main_table_per_experiment(tmp_path
     assert "| no | PRKV on par. | mean exact match | prkv=0.771, snapkv=0.802 |" in prkv
     # prkv's own main_table: exact match per policy and ratio, mean over its tasks
     assert "| policy | r=0 | r=0.5 |" in prkv and "| prkv | 0.9 | 0.654 |" in prkv
+    assert "Run on its own" not in page
+
+    # A run of its own (an experiment the main job leaves out) joins the page in name order.
+    _fake_run(tmp_path / "alone", "lone", "default", {
+        "claims": [claim("Alone it works.", "gain", 0.1, True)]})
+    page = results_doc.render(str(runs), extra={"lone": str(tmp_path / "alone" / "lone")})
+    assert "3 experiments. 2 of 3 claims hold" in page
+    assert page.index("## geomem") < page.index("## lone") < page.index("## prkv")
+    assert ("## lone\n\nRun on its own (`python -m experiments.lone`), outside the main "
+            "job.\n") in page
+    with pytest.raises(ValueError, match=r"extra\['tar'\]='/nowhere' holds no results.json"):
+        results_doc.render(str(runs), extra={"tar": "/nowhere"})
 
 
 def test_results_doc_refuses_test_preset_and_empty_workdirs(tmp_path):
