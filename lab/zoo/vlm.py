@@ -424,12 +424,10 @@ def _colour_rows(rows, rng) -> np.ndarray:
 
 
 _COLOUR_IDS = np.array([TOKENIZER.vocab[c] for c in COLOUR_NAMES])
-_KIND_IDS = np.array([TOKENIZER.pad_id, *(TOKENIZER.vocab[k] for k in KINDS)])
-# word id -> its index in _COLOUR_IDS / _KIND_IDS (-1 for any other word)
+_KIND_IDS = np.array([TOKENIZER.vocab[k] for k in KINDS])
+# word id -> its index in _COLOUR_IDS (-1 for any other word)
 _COLOUR_INDEX = np.full(TOKENIZER.vocab_size, -1, np.int32)
 _COLOUR_INDEX[_COLOUR_IDS] = np.arange(len(_COLOUR_IDS))
-_KIND_INDEX = np.full(TOKENIZER.vocab_size, -1, np.int32)
-_KIND_INDEX[_KIND_IDS] = np.arange(len(_KIND_IDS))
 
 
 def _region_terms(logits, labels, colour_labels, region_weight: float, colour_weight: float):
@@ -441,7 +439,7 @@ def _region_terms(logits, labels, colour_labels, region_weight: float, colour_we
     (``colour_labels``: a colour's word id at the same tokens, as ``labels``) a softmax over
     the colour words only, so that neither target competes with the other at the shared LM
     head."""
-    kinds = _KIND_IDS[1:] if colour_weight else None
+    kinds = _KIND_IDS if colour_weight else None
     region, acc = dense_label_loss(logits, labels, empty_id=TOKENIZER.pad_id, classes=kinds)
     total = region_weight * region if region_weight else jnp.zeros((), jnp.float32)
     if colour_weight:
