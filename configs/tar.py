@@ -44,6 +44,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict(dict(
         steps=1000, batch=16, learning_rate=2e-3, warmup=30, weight_decay=0.01,
         region_weight=0.5))
+    # every fine-tuning answer written after a short reasoning trace, <think> the event the
+    # video shows (its mcq answer's option text) </think>, which the evaluator drops; and
+    # mcq answered with the option's text, which the evaluator reads as its letter
+    c.trace = True
+    c.choice_text = True
     # a local Hugging Face BERT directory for BERTScore; "" = the ROUGE-L fallback
     c.scorer_dir = ""
     c.scorer_layers = 0  # 0 = the scorer's last layer

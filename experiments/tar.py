@@ -13,7 +13,9 @@ small VLM (lab.methods.tar.vlm) is fine-tuned on the answers of
 
 every run from the same pretrained model (dense perception targets only: what the actor
 under each visual token is doing; no TAR question or answer) with the same updates, batch
-and schedule. ``zero_shot`` is that pretrained model before fine-tuning.
+and schedule. By default each answer is trained after a short reasoning trace that names
+the video's event (``<think> a stalled car</think> Yes``; the evaluator drops the span),
+and mcq is answered with the option's text. ``zero_shot`` is that pretrained model before fine-tuning.
 The majority and question-only shortcuts (lab.methods.tar.shortcuts) stand beside them.
 Every predictor runs through ``tar.predict`` and its submission CSV is written, read back
 and scored by ``tar.evaluate``.
@@ -186,12 +188,22 @@ def regime_checks(table: dict, test_items, base_chance: dict, groups,
     ]
 
 
+def fine_tuning_items(config, train: dict) -> dict:
+    """``{task: items}`` as the fine-tuning sees them: with ``config.trace`` each answer
+    after a short reasoning trace naming its video's event (:func:`lab.methods.tar.vlm.
+    with_trace`), with ``config.choice_text`` mcq answered with the option's text."""
+    traces = tv.event_traces(train) if config.trace else {}
+    return {t: tv.with_trace(items, traces, choice_text=config.choice_text)
+            for t, items in train.items()}
+
+
 def _recipe(config, tokenizer) -> dict:
     """Everything that determines the trained models (the bundle's key)."""
     return {"seed": config.seed, "train_videos": config.train_videos,
             "n_frames": config.n_frames, "fps": config.fps, "groups": list(config.groups),
             "model": config.model.to_dict(), "pretrain": config.pretrain.to_dict(),
-            "sft": config.sft.to_dict(), "vocab": list(tokenizer.vocab), "format": 1}
+            "sft": config.sft.to_dict(), "trace": config.trace,
+            "choice_text": config.choice_text, "vocab": list(tokenizer.vocab), "format": 1}
 
 
 def _shape(config) -> tv.VideoShape:
@@ -207,8 +219,9 @@ def _vlm_config(config, tokenizer):
 def trained_models(config, tokenizer, train_items, load_videos) -> tuple[dict, dict]:
     """``({"pretrained": model, run: model}, info)``: the perception-pretrained model and
     the fine-tuned models of :func:`runs` (each fine-tuned from the pretrained one), from
-    Lab's bundle store (``tar-vlm``, keyed by :func:`_recipe`) or trained now on the frames
-    and region targets ``load_videos()`` returns (read only when training)."""
+    Lab's bundle store (``tar-vlm``, keyed by :func:`_recipe`) or trained now on
+    ``train_items`` (``{task: items}`` as :func:`fine_tuning_items` writes them) and the
+    frames and region targets ``load_videos()`` returns (read only when training)."""
     from flax import nnx
 
     from lab.zoo import bundle
@@ -281,18 +294,20 @@ def run(config, workdir: str) -> dict:
         test_videos=config.test_videos, n_frames=config.n_frames, fps=config.fps)
     build_s = time.time() - started
     shape = _shape(config)
-    tokenizer = tv.TarTokenizer.fit(s for items in train.values() for it in items
+    sft_items = fine_tuning_items(config, train)
+    tokenizer = tv.TarTokenizer.fit(s for items in sft_items.values() for it in items
                                     for s in (it.question, it.answer))
     train_ids = sorted({it.video_id for items in train.values() for it in items})
     t0 = time.time()
-    models, sft_info = trained_models(config, tokenizer, train,
+    models, sft_info = trained_models(config, tokenizer, sft_items,
                                       lambda: _videos(train_ids, media, shape, tokenizer))
     sft_s = time.time() - t0
     test_videos, test_regions = _videos(sorted({it.video_id for it in test}), media, shape,
                                         tokenizer)
     perception = tv.region_recall(models["pretrained"], tokenizer, shape, test_videos,
                                   test_regions)
-    longest = int(max(tv.answer_lengths(tokenizer, items).max() for items in train.values()))
+    longest = int(max(tv.answer_lengths(tokenizer, items).max()
+                      for items in sft_items.values()))
     scorer = (tar.BERTScorer(config.scorer_dir, config.scorer_layers or None)
               if config.scorer_dir else None)
     plan = runs(groups)
@@ -366,6 +381,11 @@ def _report(config, results, rows) -> str:
             + outputs.markdown_table(rows)
             + "\n### Zero-shot against fine-tuned, per task group\n\n"
             + outputs.markdown_table(results["per_group"])
+            + "\nFine-tuning answers: "
+            + ("after a short reasoning trace naming the video's event, `<think> ...</think>`, "
+               "which the evaluator drops" if config.trace else "without a reasoning trace")
+            + ("; mcq answered with the option's text, which the evaluator reads as its "
+               "letter" if config.choice_text else "; mcq answered with the letter") + ".\n"
             + f"\n{s['test_items']} test items over {s['test_videos']} videos; "
             f"{s['train_items']} train items over {s['train_videos']} videos. Models: "
             f"{results['sft'].get('source')}"

@@ -31,9 +31,28 @@ def test_tar_vlm_runs_end_to_end(tmp_path):
     assert set(results["perception"]) == {"<pad>", *tv.REGIONS}
     report = (tmp_path / "report.md").read_text()
     assert "| qa+temporal+scene |" in report and "Zero-shot against fine-tuned" in report
+    assert "reasoning trace naming the video's event" in report
     with pytest.raises(ValueError, match="groups"):
         config.groups = ("question_answering", "question_answering")
         ex.check_config(config)
+
+
+def test_fine_tuning_items_follow_the_config():
+    rng = np.random.default_rng(0)
+    items = [it for vid, _, log in tar.make_videos(0, 3)
+             for it in tar.labels.label_video(vid, log, rng)]
+    train = {t: [it for it in items if it.task == t] for t in tar.TASKS}
+    config = get_config("test")
+    config.trace, config.choice_text = False, False
+    assert ex.fine_tuning_items(config, train) == train
+    config.trace = True
+    traced = ex.fine_tuning_items(config, train)
+    assert all(it.answer.startswith("<think> ") for its in traced.values() for it in its)
+    assert all(it.answer[-1] in "ABCDE" for it in traced["mcq"])
+    config.choice_text = True
+    texts = ex.fine_tuning_items(config, train)["mcq"]
+    assert [it.answer.split("</think> ")[1] for it in texts] == [
+        tar.metrics.parse_options(it.question)[it.answer] for it in train["mcq"]]
 
 
 def _res(bcq=0.5, mcq=0.2, iou=0.2, group=0.3):

@@ -195,6 +195,11 @@ def test_offline_text_metrics_by_hand():
     res = metrics.text_similarity([p, "", None], [r, r, r])
     assert res["metric"] == "rouge_l" and res["malformed"] == 2
     assert res["score"] == pytest.approx(metrics.rouge_l(p, r) / 3)
+    # a reasoning trace is dropped before scoring; a trace with nothing after it is empty
+    traced = metrics.text_similarity([f"<think> a stalled car</think> {p}", "<think>x</think>"],
+                                     [r, r])
+    assert traced["score"] == pytest.approx(metrics.rouge_l(p, r) / 2)
+    assert traced["malformed"] == 1
 
 
 WORDS = ("a car truck stops in the lane collision pedestrian crosses road red blue wrong "

@@ -38,6 +38,31 @@ def test_pieces_and_tokenizer_give_every_annotation_back_exactly():
         tv.TarTokenizer(["a", *tv.SPECIALS])
 
 
+def test_trace_names_each_videos_event_and_the_evaluator_scores_what_follows_it():
+    vids, items = _labelled(n=6)
+    by_task = {t: [it for it in items if it.task == t] for t in tar.TASKS}
+    traces = tv.event_traces(by_task)
+    assert traces == {vid: labels.TYPE_TEXT[log["type"]] for vid, _, log in vids}
+    traced = tv.with_trace(items, traces, choice_text=True)
+    for it, tr in zip(items, traced, strict=True):
+        assert tr.answer.startswith(f"<think> {traces[it.video_id]}</think> ")
+        if it.task == "mcq":     # the option's text, which the evaluator reads as its letter
+            assert tr.answer.endswith(traces[it.video_id])
+            assert metrics_accuracy(tr, it, "choice") == 1.0
+        else:
+            assert tr.answer.endswith(it.answer)
+        if it.task == "bcq":
+            assert metrics_accuracy(tr, it, "yes_no") == 1.0
+    # a video without an mcq answer keeps plain answers; letters stay letters by default
+    assert tv.with_trace(items[:1], {}) == items[:1]
+    mcq = by_task["mcq"][0]
+    assert tv.with_trace([mcq], traces)[0].answer.endswith(f"</think> {mcq.answer}")
+
+
+def metrics_accuracy(pred, item, kind):
+    return tar.metrics.accuracy([pred.answer], [item.answer], kind, [item.question])["score"]
+
+
 def _tok():
     return tv.TarTokenizer.fit(["Is it red? Answer Yes or No.", "Yes", "No"])
 

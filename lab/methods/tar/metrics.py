@@ -225,11 +225,11 @@ def text_similarity(predictions: Sequence[str | None], answers: Sequence[str],
 
     ``scorer``: a :class:`lab.methods.tar.bertscore.BERTScorer` (``score`` is its mean F1,
     ``metric`` ``"bertscore_f1"``) or None (``score`` is the mean :func:`rouge_l`,
-    ``metric`` ``"rouge_l"``). A missing or empty prediction scores 0 and is counted as
-    malformed."""
+    ``metric`` ``"rouge_l"``). A ``<think>...</think>`` span is dropped first, as for the
+    choice tasks; a missing or empty prediction scores 0 and is counted as malformed."""
     if len(predictions) != len(answers):
         raise ValueError(f"{len(predictions)} predictions for {len(answers)} answers")
-    preds = [p if isinstance(p, str) else "" for p in predictions]
+    preds = [_THINK.sub(" ", p).strip() if isinstance(p, str) else "" for p in predictions]
     malformed = sum(not p.strip() for p in preds)
     f1 = [token_f1(p, a) if p.strip() else 0.0 for p, a in zip(preds, answers, strict=True)]
     if scorer is None:

@@ -27,8 +27,9 @@ that model at Lab's scale, on :class:`lab.nn.VLM` (Qwen3-VL's structure):
 - :func:`predictor`: greedy answers (:func:`lab.infer.generate` after the embedded
   prompt) as a ``predict_fn(items, frames)`` for :func:`lab.methods.tar.predict`.
 
-The answer is trained and generated without the reasoning trace (the traces are long
-templates that a model of this size would spend its steps on).
+The release's reasoning traces are long templates that a model of this size would spend
+its steps on; :func:`with_trace` writes a short one instead, the event the video shows
+(:func:`event_traces`), before each answer, which the evaluator drops.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from flax import nnx
 from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.tar import synthetic
+from lab.methods.tar.metrics import parse_options
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import rope_index
@@ -55,6 +57,7 @@ REGIONS = tuple(f"<{s}>" for s in synthetic.STATES)
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>", "<vision_start>", "<vision_end>", "<video>",
             "<answer>", *REGIONS)
 PAD_ID = SPECIALS.index("<pad>")      # also the empty region's label
+TRACE = ("<think>", "</think>")       # a reasoning trace's span, which the evaluator drops
 _PIECE = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^A-Za-z0-9\s]|\s")
 
 
@@ -473,12 +476,44 @@ def new_model(config: VLMConfig, seed: int) -> VLM:
     return VLM(config, rngs=nnx.Rngs(seed))
 
 
+def event_traces(train_items: dict) -> dict[str, str]:
+    """``{video_id: text}``: the event each training video shows, as its mcq item's answer
+    names it (the text of the option its letter picks, :func:`~lab.methods.tar.metrics.
+    parse_options`). A video without an mcq item, or whose answer names no option, has
+    none."""
+    out = {}
+    for it in train_items.get("mcq", ()):
+        text = parse_options(it.question).get((it.answer or "").strip()[:1])
+        if text:
+            out[it.video_id] = text
+    return out
+
+
+def with_trace(items: Sequence, traces: dict[str, str], *, choice_text: bool = False
+               ) -> list:
+    """``items`` as the fine-tuning sees them with a short reasoning trace: each answer
+    written after ``<think> {trace}</think>``, the trace of its video (:func:`event_traces`;
+    an item whose video has none keeps its plain answer). The evaluator drops the span
+    (:mod:`lab.methods.tar.metrics`), so a generated answer is scored on what follows it.
+    With ``choice_text`` an mcq answer is the text of the option its letter picks, which
+    the evaluator reads as that option (:func:`~lab.methods.tar.metrics.normalise_choice`)."""
+    out = []
+    for it in items:
+        answer = it.answer
+        if choice_text and it.task == "mcq":
+            answer = parse_options(it.question).get((answer or "").strip()[:1], answer)
+        if it.video_id in traces:
+            answer = f"{TRACE[0]} {traces[it.video_id]}{TRACE[1]} {answer}"
+        out.append(dataclasses.replace(it, answer=answer))
+    return out
+
+
 def answer_lengths(tokenizer: TarTokenizer, items: Sequence) -> np.ndarray:
     """Tokens of each item's answer (for sizing ``max_new_tokens``)."""
     return np.array([len(tokenizer.encode(it.answer or "")) for it in items])
 
 
 __all__ = ["REGIONS", "SPECIALS", "FinetuneConfig", "TarTokenizer", "VideoShape",
-           "answer_loss", "answer_lengths", "encode", "finetune", "frame_positions",
+           "answer_loss", "answer_lengths", "encode", "event_traces", "finetune", "frame_positions",
            "model_config", "new_model", "patchify", "pieces", "predictor", "prompt_ids",
-           "region_recall", "region_targets", "sample_frames"]
+           "region_recall", "region_targets", "sample_frames", "with_trace"]
