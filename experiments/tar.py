@@ -15,8 +15,8 @@ every run from the same pretrained model (dense perception targets only: what th
 under each visual token is doing; no TAR question or answer) with the same updates, batch
 and schedule. By default each answer is trained after a short reasoning trace that names
 the video's event (``<think> a stalled car</think> Yes``; the evaluator drops the span),
-and mcq is answered with the option's text. ``zero_shot`` is that pretrained model before fine-tuning.
-The majority and question-only shortcuts (lab.methods.tar.shortcuts) stand beside them.
+and mcq is answered with the option's text. ``zero_shot`` is that pretrained model before
+fine-tuning. The majority and question-only shortcuts (lab.methods.tar.shortcuts) stand beside them.
 Every predictor runs through ``tar.predict`` and its submission CSV is written, read back
 and scored by ``tar.evaluate``.
 
