@@ -122,6 +122,10 @@ def test_finetuning_reads_the_pixels_and_the_blanked_control_cannot(blank):
         assert got[0] == got[1]
     else:
         assert got == ["No", "Yes"]
+        # a budget past the model's max_len stops at max_len instead of failing
+        far = tv.predictor(model, tok, SHAPE, max_new_tokens=10_000, batch_size=4)
+        assert [a[:len(g)] for a, g in zip(far(items, [videos["dark"], videos["bright"]]),
+                                           got, strict=True)] == got
 
 
 def test_finetune_refuses_items_it_cannot_train_on():

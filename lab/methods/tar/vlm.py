@@ -413,8 +413,10 @@ def predictor(model: VLM, tokenizer: TarTokenizer, shape: VideoShape, *,
     """``predict_fn(items, frames) -> [answer]`` for :func:`lab.methods.tar.predict`:
     greedy answers of ``model`` after each item's question and its video's frames
     (``frames``: whole videos ``uint8 [T, H, W, 3]``, sampled by :func:`sample_frames`;
-    ``blank`` as :func:`encode`). Batches are
-    padded to ``batch_size`` rows so that one program serves every call."""
+    ``blank`` as :func:`encode`). An answer ends at ``<eos>``, after ``max_new_tokens``, or
+    where the batch's longest prompt reaches the model's position budget
+    (``max_len``), whichever comes first. Batches are padded to ``batch_size`` rows so that
+    one program serves every call."""
 
     def predict_fn(items, frames):
         if any(f is None for f in frames):
@@ -432,8 +434,9 @@ def predictor(model: VLM, tokenizer: TarTokenizer, shape: VideoShape, *,
             e = model.embed(enc["inputs"], pixel_values_videos=enc["pixels"],
                             video_grid_thw=grid, lengths=enc["lengths"],
                             rope_positions=(enc["rope"], enc["nxt"]))
+            budget = model.config.text.max_len - int(enc["lengths"].max())
             gen = infer.generate(model, enc["inputs"], lengths=enc["lengths"],
-                                 max_new_tokens=max_new_tokens, embedded=e,
+                                 max_new_tokens=min(max_new_tokens, budget), embedded=e,
                                  stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id)
             toks = np.asarray(gen.tokens)
             out += [tokenizer.decode(toks[i]) for i in range(k)]
