@@ -189,9 +189,14 @@ def option_of(question_text: str, event: str) -> str | None:
                  if v == TYPE_TEXT[event]), None)
 
 
+def answer_option(item: Item) -> str | None:
+    """The text of the option an mcq item's answer letter picks (None: no such option)."""
+    return parse_options(item.question).get((item.answer or "").strip()[:1])
+
+
 def type_of_answer(item: Item) -> str | None:
     """The event type an mcq item's answer names."""
-    text = parse_options(item.question).get((item.answer or "").strip()[:1])
+    text = answer_option(item)
     return next((k for k, v in TYPE_TEXT.items() if v == text), None)
 
 

@@ -45,7 +45,7 @@ from flax import nnx
 from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.tar import synthetic
-from lab.methods.tar.metrics import parse_options
+from lab.methods.tar.labels import answer_option
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import rope_index
@@ -481,12 +481,12 @@ def new_model(config: VLMConfig, seed: int) -> VLM:
 
 def event_traces(train_items: dict) -> dict[str, str]:
     """``{video_id: text}``: the event each training video shows, as its mcq item's answer
-    names it (the text of the option its letter picks, :func:`~lab.methods.tar.metrics.
-    parse_options`). A video without an mcq item, or whose answer names no option, has
-    none."""
+    names it (the text of the option its letter picks,
+    :func:`~lab.methods.tar.labels.answer_option`). A video without an mcq item, or whose
+    answer names no option, has none."""
     out = {}
     for it in train_items.get("mcq", ()):
-        text = parse_options(it.question).get((it.answer or "").strip()[:1])
+        text = answer_option(it)
         if text:
             out[it.video_id] = text
     return out
@@ -504,7 +504,7 @@ def with_trace(items: Sequence, traces: dict[str, str], *, choice_text: bool = F
     for it in items:
         answer = it.answer
         if choice_text and it.task == "mcq":
-            answer = parse_options(it.question).get((answer or "").strip()[:1], answer)
+            answer = answer_option(it) or answer
         if it.video_id in traces:
             answer = f"{TRACE[0]} {traces[it.video_id]}{TRACE[1]} {answer}"
         out.append(dataclasses.replace(it, answer=answer))
