@@ -89,6 +89,15 @@ def test_claims_hold_on_results_built_to_show_them():
 
 def test_each_claim_fails_when_its_rule_is_broken():
     assert _held(*_case(no_video=0.75)) == [False, True, True]      # text alone does as well
+    # a gain past the margin (0.15) that is within two paired standard errors (0.10 each):
+    # the full model and its no-video twin get different items right
+    table, per_item = _case()
+    full, blind = np.zeros(40), np.zeros(40)
+    full[:26], blind[20:] = 1.0, 1.0
+    per_item["qa+temporal+scene"].update(bcq=full, mcq=full)
+    per_item["no_video"].update(bcq=blind, mcq=blind)
+    claim = ex.claims(table, per_item, GROUP_ORDER)[0]
+    assert claim["measured"]["gain"] >= ex.SEES_MARGIN and not claim["holds"]
     assert _held(*_case(base_iou=0.55)) == [True, False, True]      # the prior interval
     assert _held(*_case(accs=(0.7, 0.65, 0.8))) == [True, True, False]  # a step that loses
     # one group: neither the localisation nor the ablation claim is stated

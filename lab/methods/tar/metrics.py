@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 _MARKUP = re.compile(r"</?\s*answer\s*>|\*\*|__|`", re.I)
-_THINK = re.compile(r"<think>.*?</think>", re.I | re.S)
+TRACE = ("<think>", "</think>")   # a reasoning trace's span, which the evaluator drops
+_THINK = re.compile(f"{re.escape(TRACE[0])}.*?{re.escape(TRACE[1])}", re.I | re.S)
 _PREFIX = re.compile(r"^\s*(final\s+)?answer\s*[:\-]\s*", re.I)
 
 

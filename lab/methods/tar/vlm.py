@@ -46,6 +46,7 @@ from lab import infer
 from lab.data.batching import step_indices
 from lab.methods.tar import synthetic
 from lab.methods.tar.labels import answer_option
+from lab.methods.tar.metrics import TRACE
 from lab.nn import VLM, TransformerConfig, VisionConfig, VLMConfig
 from lab.nn.vision import patchify as nn_patchify
 from lab.nn.vlm import rope_index
@@ -57,7 +58,6 @@ REGIONS = tuple(f"<{s}>" for s in synthetic.STATES)
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>", "<vision_start>", "<vision_end>", "<video>",
             "<answer>", *REGIONS)
 PAD_ID = SPECIALS.index("<pad>")      # also the empty region's label
-TRACE = ("<think>", "</think>")       # a reasoning trace's span, which the evaluator drops
 _PIECE = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^A-Za-z0-9\s]|\s")
 
 
