@@ -132,11 +132,6 @@ def regime_rules(m: dict) -> list[dict]:
     ]
 
 
-def _paired_se(a, b) -> float:
-    d = np.asarray(a, float) - np.asarray(b, float)
-    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
-
-
 def copy_recipe(config) -> dict:
     """What determines the copy-SFT rewriter start: the rewriter and teacher zoo models, the
     pool's trajectories and the copy stage (the key of its :mod:`lab.zoo.bundle` entry)."""
@@ -216,7 +211,7 @@ def run(config, workdir: str) -> dict:
     after = card.reward_means(rl_texts, held, student, tok, seq)
     rewriter = {"init": {k: init[k] for k in ("coherence", "alignment")},
                 "rl": {k: after[k] for k in ("coherence", "alignment")},
-                "se": {k: _paired_se(after[f"{k}_rows"], init[f"{k}_rows"])
+                "se": {k: outputs.paired_se(after[f"{k}_rows"], init[f"{k}_rows"])
                        for k in ("coherence", "alignment")},
                 "history": [{k: h[k] for k in ("reward", "reward/card_coherence",
                                                f"reward/{align}", "kl") if k in h}

@@ -265,11 +265,6 @@ def caption_baselines(config, test) -> dict:
                                   caption=blind)}
 
 
-def _se_paired(a, b) -> float:
-    d = np.asarray(a, float) - np.asarray(b, float)
-    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
-
-
 def claim_rules(m: dict) -> list[dict]:
     """Claims on measured ``m``: ``rm`` (``accuracy["<noise>/<seed>/<kind>"]``),
     ``noise_levels``, ``seeds``, ``arms`` (``agreement``, ``per_group``) and
@@ -289,7 +284,7 @@ def claim_rules(m: dict) -> list[dict]:
         bool(holds), part=RM_PART)]
     a, b = m["arms"]["rl_multi"], m["arms"]["sft_multi"]
     d = a["agreement"] - b["agreement"]
-    se = _se_paired(a["per_group"], b["per_group"])
+    se = outputs.paired_se(a["per_group"], b["per_group"])
     out.append(outputs.claim(
         f"Group-wise RL with the RM reward raises the hidden-preference agreement of the "
         f"generated captions (by > {SE_MULT:g} paired standard errors)",
@@ -302,7 +297,7 @@ def claim_rules(m: dict) -> list[dict]:
     keys = sorted(pm)
     dd = m["diversity"]["multi"]["anchored_fraction"] - m["diversity"]["single"][
         "anchored_fraction"]
-    se = _se_paired([pm[k] for k in keys], [ps.get(k, 0.0) for k in keys])
+    se = outputs.paired_se([pm[k] for k in keys], [ps.get(k, 0.0) for k in keys])
     out.append(outputs.claim(
         f"Multi-path generation gives more distinct anchored reasoning paths across samples "
         f"per template than single-path (by > {SE_MULT:g} paired standard errors over "

@@ -111,11 +111,6 @@ def item_scores(predictions: dict, split, task: str) -> np.ndarray:
     return np.asarray(out, float)
 
 
-def _se_paired(a, b) -> float:
-    d = np.asarray(a, float) - np.asarray(b, float)
-    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
-
-
 def _choice(per_item: dict, name: str) -> np.ndarray:
     return np.concatenate([per_item[name][t] for t in CHOICE_TASKS])
 
@@ -126,7 +121,7 @@ def claims(table: dict, per_item: dict, groups) -> list:
     out = []
     full, qa = full_run(groups), full_run(groups[:1])
     a, b = _choice(per_item, full), _choice(per_item, "no_video")
-    d, se = float(a.mean() - b.mean()), _se_paired(a, b)
+    d, se = float(a.mean() - b.mean()), outputs.paired_se(a, b)
     out.append(outputs.claim(
         f"the fine-tuned model reads the video: on bcq and mcq its accuracy beats the same "
         f"model fine-tuned on the same data without frames by {SEES_MARGIN} and by "
@@ -156,7 +151,7 @@ def claims(table: dict, per_item: dict, groups) -> list:
             "bcq and mcq accuracy rises with every added group",
             "bcq and mcq accuracy per ablation step",
             {**accs, "gain_full_vs_qa": accs[full] - accs[qa],
-             "se": _se_paired(_choice(per_item, full), _choice(per_item, qa))},
+             "se": outputs.paired_se(_choice(per_item, full), _choice(per_item, qa))},
             rising))
     return out
 

@@ -127,6 +127,19 @@ def regime_verdict(results: Mapping[str, Any]) -> str:
             "informative; the other claims are (their checks hold).")
 
 
+def paired_se(a: Sequence[float], b: Sequence[float]) -> float:
+    """The standard error of the mean paired difference ``mean(a - b)`` (``a[i]`` and
+    ``b[i]`` measured on the same item): ``std(a - b, ddof=1) / sqrt(n)``. Infinite for
+    fewer than two pairs, so a claim "the gain exceeds k standard errors" cannot hold on
+    one item."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"paired_se needs two 1-D sequences of one length; got shapes "
+                         f"{a.shape} and {b.shape}")
+    d = a - b
+    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
+
+
 def mean_over(rows: Sequence[Mapping[str, Any]], *path: str) -> float:
     """The mean over ``rows`` (one results dict per seed) of the number at ``path`` (nested
     keys): ``mean_over(per_seed, "accuracy", "maze")``."""

@@ -79,6 +79,16 @@ def test_mean_over_reads_nested_keys_of_each_row():
         outputs.mean_over(rows, "acc", "c")
 
 
+def test_paired_se_is_the_standard_error_of_the_paired_differences():
+    a, b = [1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]     # differences 1, 0, 0, 1
+    assert outputs.paired_se(a, b) == pytest.approx(np.std([1, 0, 0, 1], ddof=1) / 2)
+    # pairing matters: the same values, each pair moving together, have no spread
+    assert outputs.paired_se([0.1, 0.5, 0.9], [0.0, 0.4, 0.8]) == pytest.approx(0.0)
+    assert outputs.paired_se([1.0], [0.0]) == math.inf      # one pair: no claim can hold
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2,\)"):
+        outputs.paired_se([1.0, 0.0, 1.0], [0.0, 1.0])
+
+
 def test_check_preset():
     assert check_preset(None) == "default"
     assert check_preset("test") == "test"
